@@ -1,0 +1,37 @@
+# Two commands: `make demo` and `make test`. Both build .venv from scratch when it is missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PEERS := .venv-peers
+
+.PHONY: demo test test-fast lint bench peers clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/cosparse train --config configs/demo.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check cosparse tests benchmarks
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+test-fast: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_inmemory.py --quick
+
+peers:
+	test -x $(PEERS)/bin/python || $(PY) -m venv $(PEERS)
+	$(PEERS)/bin/pip install --quiet torch==2.13.0 fbgemm-gpu-cpu==1.8.0 tensordict torchmetrics==1.0.3 tqdm pyre-extensions numpy==2.4.6
+	$(PEERS)/bin/pip install --quiet --no-deps torchrec==1.8.0
+	$(PEERS)/bin/python -c "import torch, fbgemm_gpu, torchrec; print('peers:', torch.__version__, torchrec.__version__)"
+
+clean:
+	rm -rf $(VENV) $(PEERS) build *.egg-info

@@ -1,0 +1,940 @@
+#!/usr/bin/env python3
+"""In-memory DLRM training benchmark: cosparse vs plain torch (and, with ``--peer torchrec``, TorchRec).
+
+Workload (TorchRec's own DLRM CPU workload; ``--quick`` / ``--tiny`` shrink it, see ``--help``):
+  * 8 sparse features, one table each, 1M x 64 fp32, sum pooling
+  * IDs ~ finite Zipf(1.05) over [0, rows) by inverse CDF, then a fixed per-table random permutation
+    so the hot rows are scattered; bag sizes uniform 1..20; 13 dense N(0, 1) features; Bernoulli labels
+  * batch 4096; dense MLP 13-512-256-64 (ReLU after each layer), DLRM dot interaction,
+    top MLP 100-512-256-1 (no activation at the end), BCE with logits
+  * row-wise Adagrad (lr 0.01, eps 1e-8) on the embeddings, torch.optim.Adagrad (lr 0.01) on dense
+All batches are generated before timing from a fixed seed; every contender gets the same batches in
+the same order, already converted to its native input format (SparseBatch / offsets / KJT).
+
+Contenders, each in its OWN worker process (so peak RSS is per contender and thread pools do not mix):
+  cosparse         EmbeddingCollection + cosparse DLRM, ``ec.prepare`` of batch t+1 on a background
+                   thread (cosparse.train.prefetch.Prefetcher, lookahead 1): the trainer's way. HEADLINE.
+  cosparse_inline  the same, with ``ec.prepare`` run inline inside the timed step.
+  torch            nn.EmbeddingBag(rows, 64, mode="sum", sparse=True) x 8, hand-written sparse row-wise
+                   Adagrad (coalesce + per-row update, FBGEMM EXACT_ROWWISE_ADAGRAD math).
+  torchrec         (``--peer torchrec``) TorchRec DMP + FBGEMM CPU TBE with fused row-wise Adagrad, run
+                   by benchmarks/peer_torchrec.py in the separate venv .venv-peers (``make peers``).
+The parent process only orchestrates: it sends "run N steps" commands to the workers over stdin/stdout,
+alternating between contenders in every round (the start of the order rotates each round), so machine
+noise hits all of them.
+
+Measurements:
+  samples_per_s   per round = steps * batch / round wall time; reported as the median over rounds.
+  step_ms         p50 over every timed step of every round.
+  embedding_ms    a separate embedding-only pass per contender (also alternating, on fresh batches):
+                  per step, the embedding forward, ``backward`` of the pooled outputs with a fixed random
+                  upstream gradient, and the sparse optimizer (fused into backward for TorchRec). For
+                  cosparse it includes ``ec.prepare`` (dedup, transposed index) run inline; the headline
+                  cosparse figure comes from cosparse_inline, the prefetching worker's figure (prepare on
+                  the background thread) is reported as ``cosparse_pipelined``. Median over rounds of the
+                  per-round mean.
+  peak_rss_mb     ru_maxrss of each worker process (includes its copy of the pre-generated batches,
+                  reported separately as rss_after_data_mb).
+  other_cpu       cores used by other processes during a round (from /proc/stat minus the worker's own
+                  CPU time): a noise flag.
+A last cosparse_inline pass wraps cosparse internals with timers (dedup, transpose, slots_for, gather,
+pooled forward, backward, optimizer) to break the embedding time down by stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+NUM_DENSE = 13
+BOTTOM = [512, 256]  # + [dim]
+TOP = [512, 256, 1]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PEER_VENV = REPO / ".venv-peers"
+IN_PROCESS = ("cosparse", "cosparse_inline", "torch")
+CLEAN_OTHER_CPU = 0.25  # a round is "clean" when other processes used less than this many cores
+
+
+# ------------------------------------------------------------------------------------- config
+@dataclasses.dataclass
+class BenchConfig:
+    """Everything a worker needs to rebuild the workload and its model."""
+
+    tables: int = 8
+    rows: int = 1_000_000
+    dim: int = 64
+    batch: int = 4096
+    alpha: float = 1.05
+    max_bag: int = 20
+    lr: float = 0.01
+    eps: float = 1e-8
+    seed: int = 1234
+    warmup: int = 3
+    steps: int = 15
+    rounds: int = 7
+    emb_steps: int = 8
+    breakdown_steps: int = 5
+    threads: int = 0  # 0: torch default
+
+    @property
+    def num_batches(self) -> int:
+        return self.warmup + self.rounds * (self.steps + self.emb_steps) + self.breakdown_steps
+
+    def full_start(self, r: int) -> int:
+        return self.warmup + r * self.steps
+
+    def emb_start(self, r: int) -> int:
+        return self.warmup + self.rounds * self.steps + r * self.emb_steps
+
+    @property
+    def breakdown_start(self) -> int:
+        return self.warmup + self.rounds * (self.steps + self.emb_steps)
+
+
+# --------------------------------------------------------------------------------------- data
+def make_batches(cfg: BenchConfig) -> list[dict[str, np.ndarray]]:
+    """Pre-generated raw batches: values int64 (feature-major), lengths int64 [F*B], dense, labels."""
+    rng = np.random.default_rng(cfg.seed)
+    w = np.arange(1, cfg.rows + 1, dtype=np.float64) ** (-cfg.alpha)
+    cdf = np.cumsum(w)
+    cdf /= cdf[-1]
+    perms = [rng.permutation(cfg.rows).astype(np.int64) for _ in range(cfg.tables)]
+    out = []
+    for _ in range(cfg.num_batches):
+        lens, ids = [], []
+        for f in range(cfg.tables):
+            ln = rng.integers(1, cfg.max_bag + 1, size=cfg.batch, dtype=np.int64)
+            ranks = np.searchsorted(cdf, rng.random(int(ln.sum())), side="right")
+            np.minimum(ranks, cfg.rows - 1, out=ranks)
+            lens.append(ln)
+            ids.append(perms[f][ranks])
+        out.append({
+            "values": np.concatenate(ids),
+            "lengths": np.concatenate(lens),
+            "dense": rng.standard_normal((cfg.batch, NUM_DENSE), dtype=np.float32),
+            "labels": (rng.random(cfg.batch) < 0.5).astype(np.float32),
+        })
+    return out
+
+
+def data_checksum(raw: list[dict[str, np.ndarray]]) -> str:
+    """Cheap fingerprint so the parent can check every worker built the same batches."""
+    s = sum(int(b["values"].sum() % (1 << 61)) + int(b["lengths"].sum()) for b in raw)
+    return f"{len(raw)}:{s % (1 << 61)}:{float(raw[-1]['dense'].sum()):.6f}"
+
+
+def feature_offsets(lengths: np.ndarray, tables: int, batch: int) -> list[np.ndarray]:
+    """Per-feature bag offsets (exclusive prefix sums) into that feature's IDs."""
+    out = []
+    for f in range(tables):
+        ln = lengths[f * batch : (f + 1) * batch]
+        off = np.zeros(batch, dtype=np.int64)
+        np.cumsum(ln[:-1], out=off[1:])
+        out.append(off)
+    return out
+
+
+def upstream_grads(cfg: BenchConfig) -> list[Any]:
+    """The fixed random upstream gradient of each pooled output (same in every worker)."""
+    import torch
+
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    return [torch.randn(cfg.batch, cfg.dim, generator=g) * 1e-3 for _ in range(cfg.tables)]
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def set_threads(threads: int) -> None:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+
+# -------------------------------------------------------------------------------- contenders
+class Contender:
+    """One training setup. ``full`` times whole train steps, ``emb`` the embedding-only work."""
+
+    name = "?"
+
+    def full(self, start: int, n: int) -> list[float]:
+        raise NotImplementedError
+
+    def emb(self, start: int, n: int) -> tuple[list[float], dict[str, float]]:
+        raise NotImplementedError
+
+    def breakdown(self, start: int, n: int) -> dict[str, float]:
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+    last_loss = float("nan")
+
+
+class CosparseContender(Contender):
+    """cosparse EmbeddingCollection + DLRM; ``lookahead`` 1 prepares batch t+1 on a thread."""
+
+    def __init__(self, cfg: BenchConfig, raw: list[dict[str, np.ndarray]], lookahead: int) -> None:
+        import numba
+        import torch
+
+        from cosparse.batch import SparseBatch
+        from cosparse.config import OptimizerConfig, TableConfig
+        from cosparse.nn.embedding import EmbeddingCollection
+        from cosparse.nn.models import DLRM
+
+        if cfg.threads:
+            numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))
+        self.name = "cosparse" if lookahead else "cosparse_inline"
+        self.cfg, self.lookahead = cfg, lookahead
+        torch.manual_seed(cfg.seed)
+        tables = [
+            TableConfig(
+                name=f"t{i}", dim=cfg.dim, features=[f"f{i}"], pooling="sum",
+                optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=cfg.lr, eps=cfg.eps),
+                num_embeddings=cfg.rows,
+            )
+            for i in range(cfg.tables)
+        ]
+        self.ec = EmbeddingCollection(tables, device="cpu")
+        self.model = DLRM(self.ec, NUM_DENSE, bottom=[*BOTTOM, cfg.dim], top=list(TOP))
+        self.model.train()
+        self.opt = torch.optim.Adagrad(self.model.parameters(), lr=cfg.lr)
+        self.features = [f"f{i}" for i in range(cfg.tables)]
+        self.batches = []
+        for i, b in enumerate(raw):
+            sb = SparseBatch(
+                list(self.features), torch.from_numpy(b["values"]), torch.from_numpy(b["lengths"]),
+                torch.from_numpy(b["dense"]), torch.from_numpy(b["labels"]), index=i,
+            )
+            _ = sb.offsets  # cached, like the offsets the other contenders get precomputed
+            self.batches.append(sb)
+        self.grads = upstream_grads(cfg)
+
+    def _iter(self, start: int, n: int):
+        """(iterator of prepared batches, closer). With lookahead the pipeline is filled first."""
+        from cosparse.train.prefetch import Prefetcher
+
+        if not self.lookahead:
+            return (self.ec.prepare(self.batches[i]) for i in range(start, start + n)), None
+        # one batch past the round so that the last timed step overlaps a prepare, as in steady state
+        src = self.batches[start : min(start + n + 1, len(self.batches))]
+        pf = Prefetcher(src, self.ec.prepare, self.lookahead)
+        return iter(pf), pf
+
+    def full(self, start: int, n: int) -> list[float]:
+        import torch.nn.functional as F
+
+        it, pf = self._iter(start, n)
+        first = next(it) if pf is not None else None  # fill the pipeline before the clock starts
+        times = []
+        try:
+            last = time.perf_counter()
+            for k in range(n):
+                p = first if (k == 0 and first is not None) else next(it)
+                self.opt.zero_grad(set_to_none=True)
+                logits = self.model(p)
+                loss = F.binary_cross_entropy_with_logits(logits, p.batch.labels)
+                loss.backward()
+                self.opt.step()
+                self.ec.apply_gradients()
+                now = time.perf_counter()
+                times.append(now - last)
+                last = now
+            self.last_loss = float(loss.detach())
+        finally:
+            if pf is not None:
+                pf.close()
+        return times
+
+    def emb(self, start: int, n: int) -> tuple[list[float], dict[str, float]]:
+        """Embedding-only steps; ``ec.prepare`` always runs inline here (it is embedding work)."""
+        import torch
+
+        stages: dict[str, float] = defaultdict(float)
+        times = []
+        for i in range(start, start + n):
+            t0 = time.perf_counter()
+            p = self.ec.prepare(self.batches[i])
+            t1 = time.perf_counter()
+            sup0 = self.ec.stage_ms["supply"]
+            out = self.ec(p)
+            t2 = time.perf_counter()
+            torch.autograd.backward([out[f] for f in self.features], self.grads)
+            t3 = time.perf_counter()
+            self.ec.apply_gradients()
+            t4 = time.perf_counter()
+            sup = (self.ec.stage_ms["supply"] - sup0) / 1e3
+            stages["prepare"] += t1 - t0
+            stages["supply(slots_for+gather)"] += sup
+            stages["pooled_fwd"] += t2 - t1 - sup
+            stages["backward"] += t3 - t2
+            stages["optimizer"] += t4 - t3
+            times.append(t4 - t0)
+        return times, {k: 1e3 * v / n for k, v in stages.items()}
+
+    def breakdown(self, start: int, n: int) -> dict[str, float]:
+        """Embedding-only steps (prepare inline) with timers wrapped around cosparse internals."""
+        import torch
+
+        from cosparse.store import dedup, hashmap, resident
+
+        acc: dict[str, float] = defaultdict(float)
+        patched: list[tuple[Any, str, Any]] = []
+
+        def wrap(cls: Any, meth: str, label: str) -> None:
+            orig = getattr(cls, meth, None)
+            if orig is None:
+                return
+
+            def timed(*a: Any, **k: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return orig(*a, **k)
+                finally:
+                    acc[label] += time.perf_counter() - t
+
+            setattr(cls, meth, timed)
+            patched.append((cls, meth, orig))
+
+        wrap(dedup.Deduper, "unique", "prepare.dedup")
+        wrap(dedup.Deduper, "prepare", "_deduper_prepare")
+        wrap(hashmap.IdMap, "lookup_or_insert", "supply.vocab_lookup_insert")
+        wrap(resident.ResidentTable, "slots_for", "_slots_for")
+        wrap(resident.ResidentTable, "gather", "supply.gather")
+        wrap(resident.ResidentTable, "apply_gradients", "optimizer.rowwise_adagrad")
+        wrap(type(self.ec), "prepare", "_prepare")
+        wrap(type(self.ec), "forward", "_ec_forward")
+        try:
+            for i in range(start, start + n):
+                p = self.ec.prepare(self.batches[i])
+                out = self.ec(p)
+                t = time.perf_counter()
+                torch.autograd.backward([out[f] for f in self.features], self.grads)
+                acc["backward(transposed embedding_bag)"] += time.perf_counter() - t
+                t = time.perf_counter()
+                self.ec.apply_gradients()
+                acc["_apply"] += time.perf_counter() - t
+        finally:
+            for cls, meth, orig in reversed(patched):
+                setattr(cls, meth, orig)
+        ms = {k: 1e3 * v / n for k, v in acc.items()}
+        res = {
+            "prepare.dedup": ms.get("prepare.dedup", 0.0),
+            "prepare.transpose": ms.get("_deduper_prepare", 0.0) - ms.get("prepare.dedup", 0.0),
+            "prepare.other": ms.get("_prepare", 0.0) - ms.get("_deduper_prepare", 0.0),
+            "supply.vocab_lookup_insert": ms.get("supply.vocab_lookup_insert", 0.0),
+            "supply.init_new_rows": ms.get("_slots_for", 0.0) - ms.get("supply.vocab_lookup_insert", 0.0),
+            "supply.gather": ms.get("supply.gather", 0.0),
+            "forward.embedding_bag+other": ms.get("_ec_forward", 0.0) - ms.get("_slots_for", 0.0)
+            - ms.get("supply.gather", 0.0),
+            "backward(transposed embedding_bag)": ms.get("backward(transposed embedding_bag)", 0.0),
+            "optimizer.rowwise_adagrad": ms.get("optimizer.rowwise_adagrad", 0.0),
+            "optimizer.other": ms.get("_apply", 0.0) - ms.get("optimizer.rowwise_adagrad", 0.0),
+        }
+        res = {k: round(v, 2) for k, v in res.items()}
+        res["total"] = round(sum(res.values()), 2)
+        res["unique_ids_per_table"] = round(float(np.mean(list(self.ec.unique_ids.values()))))
+        res["rows_per_table"] = round(float(np.mean([t.num_rows for t in self.ec.tables.values()])))
+        return res
+
+    def info(self) -> dict[str, Any]:
+        import numba
+        import torch
+
+        return {
+            "lookahead": self.lookahead,
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "numba_threads": numba.get_num_threads(),
+            "numba_threading_layer": _numba_layer(),
+            "rows_per_table": int(np.mean([t.num_rows for t in self.ec.tables.values()])),
+        }
+
+
+def _numba_layer() -> str:
+    try:
+        import numba
+
+        return str(numba.threading_layer())
+    except Exception:  # noqa: BLE001 - only known after a parallel kernel ran
+        return "?"
+
+
+class SparseRowwiseAdagrad:
+    """Exact row-wise Adagrad on sparse COO grads (FBGEMM EXACT_ROWWISE_ADAGRAD math)."""
+
+    def __init__(self, params: list[Any], lr: float, eps: float) -> None:
+        import torch
+
+        self.params = list(params)
+        self.lr, self.eps = lr, eps
+        self.state = [torch.zeros(p.shape[0], dtype=torch.float32) for p in self.params]
+        self.coalesce_s = 0.0
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for p, s in zip(self.params, self.state, strict=True):
+                t = time.perf_counter()
+                g = p.grad.coalesce()
+                self.coalesce_s += time.perf_counter() - t
+                idx = g.indices()[0]
+                v = g.values()
+                s.index_add_(0, idx, v.pow(2).mean(dim=1))
+                mult = self.lr / (s.index_select(0, idx).sqrt_().add_(self.eps))
+                p.index_add_(0, idx, v * (-mult).unsqueeze(1))
+
+
+def torch_mlp(sizes: list[int], last_act: bool) -> Any:
+    from torch import nn
+
+    layers: list[Any] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if last_act or i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class TorchContender(Contender):
+    """Plain torch: nn.EmbeddingBag(sparse=True) per table + hand-written sparse row-wise Adagrad."""
+
+    name = "torch"
+
+    def __init__(self, cfg: BenchConfig, raw: list[dict[str, np.ndarray]]) -> None:
+        import torch
+        from torch import nn
+
+        torch.manual_seed(cfg.seed)
+        self.cfg = cfg
+        nf, d = cfg.tables, cfg.dim
+        self.embs = nn.ModuleList(
+            [nn.EmbeddingBag(cfg.rows, d, mode="sum", sparse=True) for _ in range(nf)]
+        )
+        bound = (1.0 / cfg.rows) ** 0.5  # torchrec EBC init range
+        for e in self.embs:
+            nn.init.uniform_(e.weight, -bound, bound)
+        self.bottom = torch_mlp([NUM_DENSE, *BOTTOM, d], last_act=True)
+        self.tri = torch.triu_indices(nf + 1, nf + 1, offset=1)
+        self.top = torch_mlp([d + (nf + 1) * nf // 2, *TOP], last_act=False)
+        dense_params = list(self.bottom.parameters()) + list(self.top.parameters())
+        self.sopt = SparseRowwiseAdagrad([e.weight for e in self.embs], lr=cfg.lr, eps=cfg.eps)
+        self.dopt = torch.optim.Adagrad(dense_params, lr=cfg.lr)
+        self.batches = []
+        for b in raw:
+            offs = feature_offsets(b["lengths"], nf, cfg.batch)
+            sp, lo = [], 0
+            for f in range(nf):
+                n = int(b["lengths"][f * cfg.batch : (f + 1) * cfg.batch].sum())
+                sp.append((torch.from_numpy(b["values"][lo : lo + n]), torch.from_numpy(offs[f])))
+                lo += n
+            self.batches.append((torch.from_numpy(b["dense"]), sp, torch.from_numpy(b["labels"])))
+        self.grads = upstream_grads(cfg)
+
+    def _pooled(self, sp: list[tuple[Any, Any]]) -> list[Any]:
+        return [e(ids, offs) for e, (ids, offs) in zip(self.embs, sp, strict=True)]
+
+    def forward(self, dense: Any, sp: list[tuple[Any, Any]]) -> Any:
+        import torch
+
+        x = self.bottom(dense)
+        t = torch.stack([x, *self._pooled(sp)], dim=1)
+        z = torch.bmm(t, t.transpose(1, 2))
+        return self.top(torch.cat([x, z[:, self.tri[0], self.tri[1]]], dim=1)).squeeze(-1)
+
+    def full(self, start: int, n: int) -> list[float]:
+        import torch.nn.functional as F
+
+        times = []
+        last = time.perf_counter()
+        for i in range(start, start + n):
+            dense, sp, labels = self.batches[i]
+            self.sopt.zero_grad()
+            self.dopt.zero_grad(set_to_none=True)
+            loss = F.binary_cross_entropy_with_logits(self.forward(dense, sp), labels)
+            loss.backward()
+            self.sopt.step()
+            self.dopt.step()
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+        self.last_loss = float(loss.detach())
+        return times
+
+    def emb(self, start: int, n: int) -> tuple[list[float], dict[str, float]]:
+        import torch
+
+        stages: dict[str, float] = defaultdict(float)
+        times = []
+        for i in range(start, start + n):
+            _, sp, _ = self.batches[i]
+            self.sopt.zero_grad()
+            c0 = self.sopt.coalesce_s
+            t0 = time.perf_counter()
+            pooled = self._pooled(sp)
+            t1 = time.perf_counter()
+            torch.autograd.backward(pooled, self.grads)
+            t2 = time.perf_counter()
+            self.sopt.step()
+            t3 = time.perf_counter()
+            co = self.sopt.coalesce_s - c0
+            stages["embedding_bag_fwd"] += t1 - t0
+            stages["backward(sparse grad)"] += t2 - t1
+            stages["optimizer.coalesce"] += co
+            stages["optimizer.update"] += t3 - t2 - co
+            times.append(t3 - t0)
+        return times, {k: 1e3 * v / n for k, v in stages.items()}
+
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        return {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+
+
+# ------------------------------------------------------------------------------------ worker
+def serve(build: Callable[[BenchConfig, list[dict[str, np.ndarray]]], Contender], cfg: BenchConfig) -> None:
+    """Worker loop: build data + model, then answer JSON commands on stdin with JSON lines.
+
+    The protocol uses the original stdout; fd 1 is pointed at stderr so that library prints
+    cannot corrupt it.
+    """
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(msg: dict[str, Any]) -> None:
+        proto.write(json.dumps(msg) + "\n")
+        proto.flush()
+
+    try:
+        set_threads(cfg.threads)
+        t0 = time.perf_counter()
+        raw = make_batches(cfg)
+        datagen_s = time.perf_counter() - t0
+        checksum = data_checksum(raw)
+        ids_per_batch = float(np.mean([b["values"].shape[0] for b in raw]))
+        rss_data = rss_mb()
+        t0 = time.perf_counter()
+        c = build(cfg, raw)
+        del raw
+        send({
+            "ready": True, "checksum": checksum, "datagen_s": round(datagen_s, 2),
+            "setup_s": round(time.perf_counter() - t0, 2), "rss_after_data_mb": round(rss_data),
+            "ids_per_batch": round(ids_per_batch), "pid": os.getpid(),
+        })
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        import traceback
+
+        traceback.print_exc()
+        send({"error": f"{type(e).__name__}: {e}"})
+        return
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        try:
+            op = cmd["cmd"]
+            if op == "quit":
+                send({"bye": True})
+                return
+            c0 = cpu_s()
+            w0 = time.perf_counter()
+            if op == "full":
+                res: dict[str, Any] = {"step_s": c.full(cmd["start"], cmd["n"]), "loss": c.last_loss}
+            elif op == "emb":
+                times, stages = c.emb(cmd["start"], cmd["n"])
+                res = {"step_s": times, "stages_ms": stages}
+            elif op == "breakdown":
+                res = {"breakdown_ms": c.breakdown(cmd["start"], cmd["n"])}
+            elif op == "stats":
+                res = {"peak_rss_mb": round(peak_rss_mb()), "rss_mb": round(rss_mb()), "info": c.info()}
+            else:
+                raise ValueError(f"unknown command {op!r}")
+            res["wall_s"] = time.perf_counter() - w0
+            res["cpu_s"] = cpu_s() - c0
+            send(res)
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            import traceback
+
+            traceback.print_exc()
+            send({"error": f"{type(e).__name__}: {e}"})
+
+
+def build_inprocess(name: str) -> Callable[[BenchConfig, list[dict[str, np.ndarray]]], Contender]:
+    if name == "cosparse":
+        return lambda cfg, raw: CosparseContender(cfg, raw, lookahead=1)
+    if name == "cosparse_inline":
+        return lambda cfg, raw: CosparseContender(cfg, raw, lookahead=0)
+    if name == "torch":
+        return TorchContender
+    raise ValueError(f"unknown contender {name!r}")
+
+
+# ------------------------------------------------------------------------------------ parent
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def _busy_s() -> float:
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / _HZ  # user nice system irq softirq
+
+
+class Worker:
+    """A contender's process, driven over stdin/stdout."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.log = tempfile.NamedTemporaryFile(
+            "w+", prefix=f"bench_{name}_", suffix=".log", delete=False
+        )
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            bufsize=1, env=env, cwd=str(REPO),
+        )
+        self.ready: dict[str, Any] = {}
+
+    def recv(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.name} exited (rc={self.proc.poll()}):\n{self.log_tail()}")
+        msg = json.loads(line)
+        if "error" in msg:
+            raise RuntimeError(f"worker {self.name} failed: {msg['error']}\n{self.log_tail()}")
+        return msg
+
+    def call(self, **cmd: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self.recv()
+
+    def log_tail(self, n: int = 4000) -> str:
+        self.log.flush()
+        try:
+            return Path(self.log.name).read_text()[-n:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.call(cmd="quit")
+                self.proc.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[int(round(q * (len(s) - 1)))] if s else float("nan")
+
+
+def machine_info() -> dict[str, Any]:
+    def read(p: str) -> str:
+        try:
+            return Path(p).read_text().strip()
+        except OSError:
+            return "?"
+
+    cpu = "?"
+    for line in read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = read("/proc/meminfo").splitlines()[0].split()[1] if read("/proc/meminfo") != "?" else "0"
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gib": round(int(mem) / 2**20, 1),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "thp": read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "python": platform.python_version(),
+        "host": platform.node(),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="8 tables x 100k rows (instead of 1M), warmup 2, 3 rounds x 5 steps, "
+                         "3 embedding steps, 2 breakdown steps: < 60 s")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smoke-test size: 2 tables x 10k rows, batch 256, 2 rounds x 3 steps")
+    ap.add_argument("--steps", type=int, help="timed train steps per contender per round")
+    ap.add_argument("--rounds", type=int, help="alternating rounds")
+    ap.add_argument("--emb-steps", type=int, help="embedding-only steps per contender per round")
+    ap.add_argument("--warmup", type=int, help="untimed train steps per contender before round 0")
+    ap.add_argument("--breakdown-steps", type=int, help="cosparse stage-breakdown steps (0: skip)")
+    ap.add_argument("--threads", type=int, default=0, help="torch / numba threads (0: default)")
+    ap.add_argument("--tables", type=int)
+    ap.add_argument("--rows", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--contenders", default=",".join(IN_PROCESS),
+                    help=f"comma list out of {', '.join(IN_PROCESS)}")
+    ap.add_argument("--peer", choices=["torchrec"], action="append", default=[],
+                    help="also run TorchRec DMP + FBGEMM (needs .venv-peers: `make peers`)")
+    ap.add_argument("--peer-python", default=str(PEER_VENV / "bin" / "python"))
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--config-json", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def config_from_args(a: argparse.Namespace) -> BenchConfig:
+    cfg = BenchConfig(seed=a.seed, threads=a.threads)
+    if a.quick or a.tiny:
+        cfg = dataclasses.replace(cfg, rows=100_000, warmup=2, steps=5, rounds=3, emb_steps=3,
+                                  breakdown_steps=2)
+    if a.tiny:
+        cfg = dataclasses.replace(cfg, tables=2, rows=10_000, batch=256, warmup=1, steps=3, rounds=2,
+                                  emb_steps=2, breakdown_steps=1)
+    over = {k: getattr(a, k) for k in ("steps", "rounds", "emb_steps", "warmup", "breakdown_steps",
+                                         "tables", "rows", "batch")}
+    return dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
+
+
+def run_bench(a: argparse.Namespace) -> dict[str, Any]:
+    """Start the workers, alternate rounds, gather and print the results."""
+    cfg = config_from_args(a)
+    names = [n.strip() for n in a.contenders.split(",") if n.strip()]
+    for n in names:
+        if n not in IN_PROCESS:
+            raise SystemExit(f"--contenders: unknown contender {n!r} (choose from {', '.join(IN_PROCESS)})")
+    peer_py = Path(a.peer_python)
+    if "torchrec" in a.peer:
+        if not peer_py.exists():
+            print(f"error: --peer torchrec needs the peer venv ({peer_py} not found).\n"
+                  f"Create it with `make peers` (torch 2.13 + fbgemm-gpu-cpu 1.8 + torchrec 1.8, "
+                  f"~1 GB), or point --peer-python at an interpreter that has torchrec.",
+                  file=sys.stderr)
+            raise SystemExit(2)
+        names.append("torchrec")
+    env = dict(os.environ)
+    if cfg.threads:
+        env["OMP_NUM_THREADS"] = str(cfg.threads)
+        env["NUMBA_NUM_THREADS"] = str(cfg.threads)
+    cfg_json = json.dumps(dataclasses.asdict(cfg))
+    machine = machine_info()
+    print(f"config: {cfg_json}\nmachine: {json.dumps(machine)}", flush=True)
+    t_start = time.perf_counter()
+    workers: dict[str, Worker] = {}
+    try:
+        # All workers set up (imports, data generation, model build) concurrently: it is not timed.
+        for n in names:
+            if n == "torchrec":
+                argv = [str(peer_py), str(HERE / "peer_torchrec.py"), "--config-json", cfg_json]
+            else:
+                argv = [sys.executable, str(HERE / "bench_inmemory.py"), "--worker", n,
+                        "--config-json", cfg_json]
+            workers[n] = Worker(n, argv, env)
+        for n, w in workers.items():
+            w.ready = w.recv()
+            print(f"  {n}: ready (data {w.ready['datagen_s']} s, setup {w.ready['setup_s']} s, "
+                  f"checksum {w.ready['checksum']})", flush=True)
+        sums = {w.ready["checksum"] for w in workers.values()}
+        if len(sums) != 1:
+            got = {n: w.ready["checksum"] for n, w in workers.items()}
+            raise RuntimeError(f"workers generated different data: {got}")
+
+        res: dict[str, dict[str, Any]] = {
+            n: {"rounds_samples_per_s": [], "step_s": [], "emb_round_ms": [], "emb_step_ms": [],
+                "emb_stages": defaultdict(list), "other_cpu": [], "loss": None} for n in names
+        }
+
+        def timed(w: Worker, **cmd: Any) -> tuple[dict[str, Any], float]:
+            b0 = _busy_s()
+            r = w.call(**cmd)
+            other = max(0.0, (_busy_s() - b0) - r["cpu_s"]) / max(r["wall_s"], 1e-9)
+            return r, other
+
+        # warm-up (JIT, allocator, first-touch of rows), alternating too
+        for n in names:
+            workers[n].call(cmd="full", start=0, n=cfg.warmup)
+            workers[n].call(cmd="emb", start=max(cfg.warmup - 1, 0), n=1)
+        for r in range(cfg.rounds):
+            order = names[r % len(names):] + names[: r % len(names)]
+            for n in order:
+                out, other = timed(workers[n], cmd="full", start=cfg.full_start(r), n=cfg.steps)
+                d = res[n]
+                d["rounds_samples_per_s"].append(cfg.steps * cfg.batch / sum(out["step_s"]))
+                d["step_s"].extend(out["step_s"])
+                d["other_cpu"].append(round(other, 2))
+                d["loss"] = out["loss"]
+            for n in order:
+                if cfg.emb_steps <= 0 or n == "cosparse_inline" and "cosparse" in workers:
+                    continue  # the embedding-only pass of cosparse is the same code either way
+                out, _ = timed(workers[n], cmd="emb", start=cfg.emb_start(r), n=cfg.emb_steps)
+                d = res[n]
+                d["emb_round_ms"].append(1e3 * statistics.fmean(out["step_s"]))
+                d["emb_step_ms"].extend(1e3 * s for s in out["step_s"])
+                for k, v in out["stages_ms"].items():
+                    d["emb_stages"][k].append(v)
+            line = "  ".join(f"{n} {res[n]['rounds_samples_per_s'][-1]:,.0f}" for n in names)
+            print(f"round {r + 1}/{cfg.rounds} samples/s: {line}", flush=True)
+        breakdown = {}
+        if cfg.breakdown_steps > 0:
+            bw = workers.get("cosparse") or workers.get("cosparse_inline")
+            if bw is not None:
+                breakdown = bw.call(cmd="breakdown", start=cfg.breakdown_start,
+                                    n=cfg.breakdown_steps)["breakdown_ms"]
+        stats = {n: w.call(cmd="stats") for n, w in workers.items()}
+    finally:
+        for w in workers.values():
+            w.close()
+    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["torch_threads"] = {n: s["info"].get("torch_threads") for n, s in stats.items()}
+
+    per: dict[str, dict[str, Any]] = {}
+    for n in names:
+        d = res[n]
+        clean = [x for x, o in zip(d["rounds_samples_per_s"], d["other_cpu"], strict=True)
+                 if o < CLEAN_OTHER_CPU]
+        per[n] = {
+            "samples_per_s": round(_median(d["rounds_samples_per_s"])),
+            "samples_per_s_clean_rounds": round(_median(clean)) if clean else None,
+            "clean_rounds": len(clean),
+            "rounds_samples_per_s": [round(x) for x in d["rounds_samples_per_s"]],
+            "step_ms_p50": round(1e3 * _median(d["step_s"]), 1),
+            "step_ms_p10_p90": [round(1e3 * _pct(d["step_s"], q), 1) for q in (0.1, 0.9)],
+            "embedding_ms": round(_median(d["emb_round_ms"]), 1) if d["emb_round_ms"] else None,
+            "embedding_ms_rounds": [round(x, 1) for x in d["emb_round_ms"]],
+            "embedding_step_ms_p50": round(_median(d["emb_step_ms"]), 1) if d["emb_step_ms"] else None,
+            "embedding_stages_ms": {k: round(_median(v), 2) for k, v in d["emb_stages"].items()},
+            "peak_rss_mb": stats[n]["peak_rss_mb"],
+            "rss_after_data_mb": workers[n].ready["rss_after_data_mb"],
+            "other_cpu_cores": d["other_cpu"],
+            "loss_last": None if d["loss"] is None else round(d["loss"], 4),
+            "info": stats[n]["info"],
+        }
+    out: dict[str, Any] = {}
+    emb_ms: dict[str, float] = {}
+    cos_emb = per.get("cosparse", per.get("cosparse_inline"))
+    if cos_emb is not None and cos_emb["embedding_ms"] is not None:
+        emb_ms["cosparse"] = cos_emb["embedding_ms"]
+    for n in ("torch", "torchrec"):
+        if n in per and per[n]["embedding_ms"] is not None:
+            emb_ms[n] = per[n]["embedding_ms"]
+    for n in names:
+        out[f"{n}_samples_per_s"] = per[n]["samples_per_s"]
+    if "cosparse" in per and "torch" in per:
+        out["ratio"] = round(per["cosparse"]["samples_per_s"] / per["torch"]["samples_per_s"], 3)
+    if "cosparse_inline" in per and "torch" in per:
+        out["ratio_inline"] = round(
+            per["cosparse_inline"]["samples_per_s"] / per["torch"]["samples_per_s"], 3)
+    for a_, b_ in (("cosparse", "torch"), ("cosparse", "torchrec"), ("cosparse_inline", "torch")):
+        if a_ in res and b_ in res:  # same-round pairs: robust to slow drifts of machine load
+            pairs = zip(res[a_]["rounds_samples_per_s"], res[b_]["rounds_samples_per_s"], strict=True)
+            out[f"ratio_paired_{a_}_vs_{b_}"] = round(_median([x / y for x, y in pairs]), 3)
+    if "cosparse" in emb_ms and "torch" in emb_ms:
+        out["embedding_ratio"] = round(emb_ms["torch"] / emb_ms["cosparse"], 3)
+    out["embedding_ms"] = emb_ms
+    out["peak_rss_mb"] = {n: per[n]["peak_rss_mb"] for n in names}
+    if "torchrec" in per:
+        out["torchrec_samples_per_s"] = per["torchrec"]["samples_per_s"]
+        out["torchrec_embedding_ms"] = per["torchrec"]["embedding_ms"]
+        if "cosparse" in per:
+            out["ratio_vs_torchrec"] = round(
+                per["cosparse"]["samples_per_s"] / per["torchrec"]["samples_per_s"], 3)
+        if "cosparse" in emb_ms and "torchrec" in emb_ms:
+            out["embedding_ratio_vs_torchrec"] = round(emb_ms["torchrec"] / emb_ms["cosparse"], 3)
+    out["cosparse_breakdown_ms"] = breakdown
+    out["contenders"] = per
+    first = next(iter(workers.values())).ready
+    out["config"] = {**dataclasses.asdict(cfg), "ids_per_batch": first["ids_per_batch"],
+                     "order": "alternating rounds, start rotated each round; one process per contender"}
+    out["machine"] = machine
+    out["wall_s"] = round(time.perf_counter() - t_start, 1)
+    print_table(out, per)
+    return out
+
+
+def print_table(out: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
+    hdr = (f"{'contender':<16}{'samples/s':>11}{'rounds min-max':>17}{'step p50 ms':>13}"
+           f"{'emb ms':>9}{'peak RSS MB':>13}{'other cpu':>11}{'loss':>8}")
+    print("\n" + hdr + "\n" + "-" * len(hdr))
+    for n, p in per.items():
+        rs = p["rounds_samples_per_s"]
+        emb = "-" if p["embedding_ms"] is None else p["embedding_ms"]
+        loss = "-" if p["loss_last"] is None else p["loss_last"]
+        print(f"{n:<16}{p['samples_per_s']:>11,}{f'{min(rs):,}-{max(rs):,}':>17}{p['step_ms_p50']:>13}"
+              f"{emb:>9}{p['peak_rss_mb']:>13,}{max(p['other_cpu_cores']):>11}{loss:>8}")
+    print()
+    for k in ("ratio", "ratio_inline", "ratio_paired_cosparse_vs_torch", "embedding_ratio",
+              "torchrec_samples_per_s", "torchrec_embedding_ms", "ratio_vs_torchrec",
+              "ratio_paired_cosparse_vs_torchrec", "embedding_ratio_vs_torchrec"):
+        if k in out:
+            print(f"{k} = {out[k]}")
+    print(f"embedding_ms = {out['embedding_ms']}")
+    for n, p in per.items():
+        print(f"  {n} embedding stages (ms/step): {p['embedding_stages_ms']}")
+    if out["cosparse_breakdown_ms"]:
+        print(f"cosparse breakdown (ms/step, inline, timers on internals): {out['cosparse_breakdown_ms']}")
+    print(f"wall {out['wall_s']} s; loadavg start {out['machine']['loadavg']} end "
+          f"{out['machine']['loadavg_end']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    if a.worker:
+        cfg = BenchConfig(**json.loads(a.config_json))
+        serve(build_inprocess(a.worker), cfg)
+        return 0
+    out = run_bench(a)
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
+        print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""cosparse: sparse embedding training engine."""

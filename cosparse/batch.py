@@ -1,0 +1,120 @@
+"""SparseBatch: jagged int64 IDs per feature, dense floats and labels, in TorchRec's KJT layout.
+
+The IDs of all features are concatenated feature-major (all of feature 0's bags, then feature 1's),
+exactly like TorchRec's ``KeyedJaggedTensor``: ``values`` holds the IDs and ``lengths`` has one entry
+per (feature, sample). Conversion to and from that layout needs no torchrec import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class SparseBatch:
+    """One batch of samples.
+
+    keys:    feature names, in the order their IDs appear in ``values``.
+    values:  int64 [total_ids], feature-major jagged IDs.
+    lengths: int64 [len(keys) * batch_size], bag length per (feature, sample).
+    dense:   float32 [batch_size, num_dense].
+    labels:  float32 [batch_size].
+    bad_records: records of the source chunk that were skipped (``on_bad_record: skip``).
+    index:   position of this batch in its stream (used for resume and ordering checks).
+    """
+
+    keys: list[str]
+    values: torch.Tensor
+    lengths: torch.Tensor
+    dense: torch.Tensor
+    labels: torch.Tensor
+    bad_records: int = 0
+    index: int = 0
+    _offsets: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.values.dtype != torch.int64:
+            raise TypeError(f"SparseBatch.values must be int64, got {self.values.dtype}")
+        b = self.batch_size
+        if self.lengths.numel() != len(self.keys) * b:
+            raise ValueError(
+                f"SparseBatch.lengths has {self.lengths.numel()} entries, expected "
+                f"{len(self.keys)} features x {b} samples"
+            )
+        if self.dense.shape[0] != b:
+            raise ValueError(f"SparseBatch.dense has {self.dense.shape[0]} rows, labels have {b}")
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def offsets(self) -> torch.Tensor:
+        """int64 [len(keys) * batch_size + 1] exclusive prefix sums of ``lengths``."""
+        if self._offsets is None:
+            off = torch.zeros(self.lengths.numel() + 1, dtype=torch.int64)
+            torch.cumsum(self.lengths, 0, out=off[1:])
+            self._offsets = off
+        return self._offsets
+
+    def feature(self, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """IDs and lengths [batch_size] of one feature (views, no copy)."""
+        f = self.keys.index(key)
+        b = self.batch_size
+        off = self.offsets
+        lo, hi = int(off[f * b]), int(off[(f + 1) * b])
+        return self.values[lo:hi], self.lengths[f * b : (f + 1) * b]
+
+    def to(self, device: torch.device | str) -> SparseBatch:
+        return SparseBatch(
+            self.keys,
+            self.values.to(device),
+            self.lengths.to(device),
+            self.dense.to(device),
+            self.labels.to(device),
+            self.bad_records,
+            self.index,
+        )
+
+    # --- TorchRec KeyedJaggedTensor layout -------------------------------------------------
+    def to_kjt_layout(self) -> dict[str, object]:
+        """The (keys, values, lengths) triple that ``KeyedJaggedTensor(**layout)`` accepts."""
+        return {"keys": list(self.keys), "values": self.values, "lengths": self.lengths}
+
+    @classmethod
+    def from_kjt_layout(
+        cls,
+        keys: list[str],
+        values: torch.Tensor,
+        lengths: torch.Tensor,
+        dense: torch.Tensor,
+        labels: torch.Tensor,
+    ) -> SparseBatch:
+        return cls(list(keys), values.long(), lengths.long(), dense.float(), labels.float())
+
+    # --- plain arrays, for transport between processes (no pickled tensors) -----------------
+    def to_arrays(self) -> dict[str, object]:
+        return {
+            "keys": list(self.keys),
+            "values": self.values.numpy(),
+            "lengths": self.lengths.numpy(),
+            "dense": self.dense.numpy(),
+            "labels": self.labels.numpy(),
+            "bad_records": self.bad_records,
+            "index": self.index,
+        }
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, object]) -> SparseBatch:
+        return cls(
+            list(a["keys"]),  # type: ignore[arg-type]
+            torch.from_numpy(np.ascontiguousarray(a["values"], dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(a["lengths"], dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(a["dense"], dtype=np.float32)),
+            torch.from_numpy(np.ascontiguousarray(a["labels"], dtype=np.float32)),
+            int(a["bad_records"]),  # type: ignore[arg-type]
+            int(a["index"]),  # type: ignore[arg-type]
+        )

@@ -1,0 +1,319 @@
+"""Typed configuration (data, model, tables, store, supply, train) loaded from YAML, with validation.
+
+Every section is a dataclass. Unknown keys, wrong types and inconsistent settings raise
+``ConfigError`` naming the dotted key (``tables[0].optimizer.kind``) at start-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the dotted key that causes it."""
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_bytes(value: int | str, key: str) -> int:
+    """``2GiB`` / ``512MB`` / ``1048576`` -> bytes."""
+    if isinstance(value, int):
+        return value
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(value))
+    if not m or m.group(2).upper() not in _SIZE_UNITS:
+        raise ConfigError(f"{key}: cannot read {value!r} as a size (use e.g. 2GiB, 512MB, 1048576)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class SyntheticConfig:
+    """Zipf(alpha) synthetic click data; the defaults are Criteo-like (13 dense, 26 categorical)."""
+
+    num_features: int = 26
+    feature_prefix: str = "C"
+    num_dense: int = 13
+    vocab_size: int = 1_000_000
+    alpha: float = 1.05
+    bag_min: int = 1
+    bag_max: int = 1
+    seed: int = 0
+    num_batches: int = 1_000_000
+    eval_batches: int = 4
+
+
+@dataclass
+class DataConfig:
+    reader: Literal["synthetic", "criteo_tsv", "parquet"] = "synthetic"
+    path: str | None = None
+    batch_size: int = 4096
+    workers: int = 0
+    queue_depth: int = 4
+    on_bad_record: Literal["fail", "skip"] = "fail"
+    eval_fraction: float = 0.2
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass
+class OptimizerConfig:
+    kind: Literal["sgd", "adagrad", "rowwise_adagrad", "adam"] = "rowwise_adagrad"
+    lr: float = 0.01
+    eps: float = 1e-8
+    beta1: float = 0.9
+    beta2: float = 0.999
+    initial_accumulator: float = 0.0
+
+
+@dataclass
+class InitConfig:
+    kind: Literal["uniform", "normal"] = "uniform"
+    low: float = -0.05
+    high: float = 0.05
+    std: float = 0.01
+
+
+@dataclass
+class TableConfig:
+    name: str = ""
+    dim: int = 16
+    features: list[str] = field(default_factory=list)
+    pooling: Literal["sum", "mean"] = "sum"
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    init: InitConfig = field(default_factory=InitConfig)
+    seed: int = 0
+    num_embeddings: int | None = None  # expected rows: sizes the first allocation, checks budget
+    hash_size: int | None = None  # only when set: IDs are taken modulo this (fixed-size table)
+
+
+@dataclass
+class DenseOptimizerConfig:
+    kind: Literal["adagrad", "sgd", "adam"] = "adagrad"
+    lr: float = 0.01
+
+
+@dataclass
+class ModelConfig:
+    kind: Literal["dlrm", "deepfm", "dcn"] = "dlrm"
+    bottom: list[int] = field(default_factory=lambda: [64, 16])
+    top: list[int] = field(default_factory=lambda: [64, 1])
+    deep: list[int] = field(default_factory=lambda: [64, 32])  # DeepFM / DCN-v2 deep tower
+    cross_layers: int = 2  # DCN-v2
+    cross_rank: int | None = None  # DCN-v2 low-rank cross; None = full matrix
+    dense_optimizer: DenseOptimizerConfig = field(default_factory=DenseOptimizerConfig)
+
+
+@dataclass
+class TierConfig:
+    budget_bytes: int | str | None = None
+    rows: int | None = None
+    policy: Literal["lru", "lfu", "hotness"] = "hotness"
+
+
+@dataclass
+class StoreConfig:
+    device: TierConfig = field(default_factory=TierConfig)
+
+
+@dataclass
+class SupplyConfig:
+    path: Literal["resident"] = "resident"
+    lookahead: int = 1  # prepare this many batches ahead on a background thread (0: inline)
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str | None = None
+    every: int = 0
+    keep: int = 2
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    epochs: int = 1  # passes over a finite reader; `steps` caps the total
+    seed: int = 0
+    threads: int | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    log_every: int = 50
+    eval_every: int = 0  # 0: evaluate at the end only
+    metrics_json: str | None = None
+    tensorboard_dir: str | None = None
+    progress: bool = True
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tables: list[TableConfig] = field(default_factory=list)
+    preset: Literal["resident"] | None = None
+    store: StoreConfig = field(default_factory=StoreConfig)
+    supply: SupplyConfig = field(default_factory=SupplyConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(a, value, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} fits none of {tp}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__}")
+        return [_convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {tp}")
+
+
+def from_dict(cls: type, data: Any, key: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys by their dotted name."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{key or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for k, v in data.items():
+        full = f"{key}.{k}" if key else str(k)
+        if k not in names:
+            close = difflib.get_close_matches(str(k), names, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown key '{full}'{hint}; known keys: {', '.join(names)}")
+        kwargs[k] = _convert(hints[k], v, full)
+    return cls(**kwargs)
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field checks. Raises ConfigError naming the offending key."""
+    d = cfg.data
+    if d.batch_size <= 0:
+        raise ConfigError("data.batch_size: must be positive")
+    if d.workers < 0:
+        raise ConfigError("data.workers: must be >= 0")
+    if d.queue_depth < 1:
+        raise ConfigError("data.queue_depth: must be >= 1")
+    if not 0.0 <= d.eval_fraction < 1.0:
+        raise ConfigError("data.eval_fraction: must be in [0, 1)")
+    if d.reader != "synthetic" and not d.path:
+        raise ConfigError(f"data.path: reader '{d.reader}' needs a path")
+    s = d.synthetic
+    if s.bag_min < 0 or s.bag_max < s.bag_min:
+        raise ConfigError("data.synthetic.bag_min/bag_max: need 0 <= bag_min <= bag_max")
+    if s.alpha <= 0:
+        raise ConfigError("data.synthetic.alpha: must be positive")
+    if not cfg.tables:
+        raise ConfigError("tables: at least one table is needed")
+    seen_tables: set[str] = set()
+    seen_features: dict[str, str] = {}
+    for i, t in enumerate(cfg.tables):
+        k = f"tables[{i}]"
+        if not t.name:
+            raise ConfigError(f"{k}.name: every table needs a name")
+        if t.name in seen_tables:
+            raise ConfigError(f"{k}.name: table '{t.name}' is declared twice")
+        seen_tables.add(t.name)
+        if t.dim <= 0:
+            raise ConfigError(f"{k}.dim: must be positive")
+        if not t.features:
+            raise ConfigError(f"{k}.features: table '{t.name}' has no features")
+        for f in t.features:
+            if f in seen_features:
+                raise ConfigError(
+                    f"{k}.features: feature '{f}' is already served by table '{seen_features[f]}'"
+                )
+            seen_features[f] = t.name
+        if t.optimizer.lr <= 0:
+            raise ConfigError(f"{k}.optimizer.lr: must be positive")
+        if t.hash_size is not None and t.hash_size <= 0:
+            raise ConfigError(f"{k}.hash_size: must be positive")
+    tr = cfg.train
+    if tr.steps <= 0:
+        raise ConfigError("train.steps: must be positive")
+    if tr.checkpoint.every < 0:
+        raise ConfigError("train.checkpoint.every: must be >= 0")
+    if tr.checkpoint.every and not tr.checkpoint.dir:
+        raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every is set")
+    if cfg.store.device.budget_bytes is not None:
+        cfg.store.device.budget_bytes = parse_bytes(
+            cfg.store.device.budget_bytes, "store.device.budget_bytes"
+        )
+    if cfg.supply.lookahead < 0:
+        raise ConfigError("supply.lookahead: must be >= 0")
+    if cfg.model.kind in ("deepfm",):
+        dims = {t.dim for t in cfg.tables}
+        if len(dims) > 1:
+            raise ConfigError(f"tables[*].dim: model.kind '{cfg.model.kind}' needs one dim, got {dims}")
+    if cfg.model.kind == "dlrm":
+        dims = {t.dim for t in cfg.tables}
+        if len(dims) > 1 or cfg.model.bottom[-1] != next(iter(dims)):
+            raise ConfigError(
+                f"model.bottom: DLRM's last bottom layer ({cfg.model.bottom[-1]}) must equal every "
+                f"table's dim ({sorted(dims)})"
+            )
+        if cfg.model.top[-1] != 1:
+            raise ConfigError("model.top: DLRM's top MLP must end in 1 logit")
+    return cfg
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
+    """Read a YAML config; ``overrides`` maps dotted keys (``train.steps``) to values."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    raw = yaml.safe_load(p.read_text()) or {}
+    for dotted, value in (overrides or {}).items():
+        node = raw
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return validate(from_dict(Config, raw))
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,179 @@
+"""EmbeddingCollection: the one object the trainer sees per set of tables.
+
+``prepare`` does the host-side ID work of a batch (dedup, inverse and transposed index) and is a
+pure function of the batch, so it can run ahead. ``forward`` maps unique IDs to slots (creating
+rows on first sight), gathers the unique rows into a compact buffer and pools them.
+``apply_gradients`` runs the fused sparse optimizer on the rows of the last forward, writing them
+back where they live.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from cosparse.batch import SparseBatch
+from cosparse.config import TableConfig
+from cosparse.nn.pooled_lookup import pooled_lookup
+from cosparse.store.dedup import Deduper, TableIds
+from cosparse.store.resident import ResidentTable
+
+
+@dataclass
+class PreparedBatch:
+    """A batch plus the ID work of each of its tables."""
+
+    batch: SparseBatch
+    tables: dict[str, TableIds]
+    prep_ms: float = 0.0
+
+
+@dataclass
+class _Pending:
+    table: ResidentTable
+    weights: torch.Tensor  # leaf whose .grad receives the row gradients
+    state: torch.Tensor
+    slots: np.ndarray
+
+
+class EmbeddingCollection(nn.Module):
+    """Pooled embeddings for every feature of ``tables``, rows held in resident tables."""
+
+    def __init__(
+        self,
+        tables: list[TableConfig],
+        device: torch.device | str | None = None,
+        budget_bytes: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.configs = {t.name: t for t in tables}
+        share = None
+        if budget_bytes is not None:
+            share = self._budget_shares(tables, budget_bytes)
+        self.tables = {
+            t.name: ResidentTable(t, self.device, None if share is None else share[t.name])
+            for t in tables
+        }
+        self.feature_table = {f: t.name for t in tables for f in t.features}
+        self._local = threading.local()  # one set of dedup scratch buffers per thread
+        self._pending: list[_Pending] = []
+        self.step = 0
+        self.stage_ms: dict[str, float] = defaultdict(float)
+        self.unique_ids: dict[str, int] = {}
+
+    @staticmethod
+    def _budget_shares(tables: list[TableConfig], budget: int) -> dict[str, int]:
+        """Split the budget by declared row bytes; fail at start-up if declared sizes overflow it."""
+        from cosparse.config import ConfigError
+        from cosparse.optim import state_width
+
+        need = {
+            t.name: (t.num_embeddings or 0) * 4 * (t.dim + state_width(t.optimizer.kind, t.dim))
+            for t in tables
+        }
+        total = sum(need.values())
+        if total > budget:
+            raise ConfigError(
+                f"store.device.budget_bytes: {budget} bytes cannot hold the declared tables "
+                f"({total} bytes: " + ", ".join(f"{k}={v}" for k, v in need.items()) + ")"
+            )
+        spare = (budget - total) // len(tables)
+        return {name: n + spare for name, n in need.items()}
+
+    @property
+    def features(self) -> list[str]:
+        return list(self.feature_table)
+
+    def dim_of(self, feature: str) -> int:
+        return self.configs[self.feature_table[feature]].dim
+
+    # --- host ID work -----------------------------------------------------------------------
+    def prepare(self, batch: SparseBatch) -> PreparedBatch:
+        t0 = time.perf_counter()
+        dedupers = getattr(self._local, "dedupers", None)
+        if dedupers is None:
+            dedupers = self._local.dedupers = {name: Deduper() for name in self.configs}
+        b = batch.batch_size
+        values = batch.values.numpy()
+        lengths = batch.lengths.numpy()
+        offsets = batch.offsets.numpy()
+        out: dict[str, TableIds] = {}
+        for name, cfg in self.configs.items():
+            parts, lens = [], []
+            for f in cfg.features:
+                k = batch.keys.index(f)
+                parts.append(values[offsets[k * b] : offsets[(k + 1) * b]])
+                lens.append(lengths[k * b : (k + 1) * b])
+            ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            lens_all = lens[0] if len(lens) == 1 else np.concatenate(lens)
+            bag_off = np.zeros(lens_all.shape[0] + 1, dtype=np.int64)
+            np.cumsum(lens_all, out=bag_off[1:])
+            ids = self.tables[name].map_ids(ids)
+            out[name] = dedupers[name].prepare(ids, bag_off, cfg.pooling == "mean")
+        return PreparedBatch(batch, out, (time.perf_counter() - t0) * 1e3)
+
+    # --- lookup -----------------------------------------------------------------------------
+    def forward(self, batch: SparseBatch | PreparedBatch) -> dict[str, torch.Tensor]:
+        prepared = batch if isinstance(batch, PreparedBatch) else self.prepare(batch)
+        self.stage_ms["prep"] += prepared.prep_ms
+        b = prepared.batch.batch_size
+        self._pending = []
+        result: dict[str, torch.Tensor] = {}
+        dev = self.device
+        for name, tids in prepared.tables.items():
+            table = self.tables[name]
+            t0 = time.perf_counter()
+            if self.training:
+                slots = table.slots_for(tids.unique)
+                w, s = table.gather(slots)
+            else:
+                w = table.read_rows(tids.unique)
+            self.stage_ms["supply"] += (time.perf_counter() - t0) * 1e3
+            self.unique_ids[name] = tids.num_unique
+            leaf = w.detach().requires_grad_(self.training)
+            pooled = pooled_lookup(
+                leaf,
+                torch.from_numpy(tids.inverse).to(dev, non_blocking=True),
+                torch.from_numpy(tids.offsets).to(dev, non_blocking=True),
+                torch.from_numpy(tids.t_offsets).to(dev, non_blocking=True),
+                torch.from_numpy(tids.t_bags).to(dev, non_blocking=True),
+                torch.from_numpy(tids.t_weights).to(dev, non_blocking=True),
+                self.configs[name].pooling == "mean",
+            )
+            if self.training:
+                self._pending.append(_Pending(table, leaf, s, slots))
+            for k, f in enumerate(self.configs[name].features):
+                result[f] = pooled[k * b : (k + 1) * b]
+        return result
+
+    @torch.no_grad()
+    def apply_gradients(self) -> None:
+        """Fused sparse-optimizer step on the rows of the last forward (after ``backward``)."""
+        t0 = time.perf_counter()
+        self.step += 1
+        for p in self._pending:
+            if p.weights.grad is None:
+                continue
+            p.table.apply_gradients(p.weights.detach(), p.state, p.weights.grad, p.slots, self.step)
+            p.weights.grad = None
+        self._pending = []
+        self.stage_ms["optim"] += (time.perf_counter() - t0) * 1e3
+
+    # --- checkpoint -------------------------------------------------------------------------
+    def export_rows(self) -> dict[str, dict[str, np.ndarray]]:
+        return {name: t.export() for name, t in self.tables.items()}
+
+    def load_rows(self, rows: dict[str, dict[str, np.ndarray]], step: int) -> None:
+        missing = set(self.tables) - set(rows)
+        if missing:
+            raise ValueError(f"checkpoint has no rows for tables {sorted(missing)}")
+        for name, t in self.tables.items():
+            t.load(rows[name])
+        self.step = step

@@ -1,0 +1,197 @@
+"""Numba kernels for host-side ID work: hashing, the ID->slot map, dedup, the transposed bag index,
+row gathers and deterministic row initialisation. They take arrays, never objects.
+
+All kernels are compiled with ``cache=True`` and without fastmath; the row-parallel ones use
+``prange`` and never reduce across rows, so results do not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_EMPTY = np.int32(-1)
+
+
+@numba.njit(inline="always")
+def mix64(x: np.uint64) -> np.uint64:
+    """SplitMix64 finaliser: a bijective 64-bit mix."""
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit(inline="always")
+def _bucket(key: np.int64, mask: np.uint64) -> np.int64:
+    return np.int64(mix64(np.uint64(key)) & mask)
+
+
+# --- ID -> slot map: open addressing, linear probing ----------------------------------------
+@numba.njit(cache=True, nogil=True)
+def map_lookup_or_insert(keys, vals, ids, out_slots, next_slot, limit):
+    """For each id: its slot, inserting missing ids with slots next_slot, next_slot+1, ...
+
+    keys: int64 [cap], vals: int32 [cap] (-1 = empty), cap a power of two.
+    Stops inserting once ``limit`` slots exist and returns -1 in that case. Returns the new
+    next_slot. ``out_slots`` gets the slot of each id.
+    """
+    mask = np.uint64(keys.shape[0] - 1)
+    for i in range(ids.shape[0]):
+        k = ids[i]
+        b = _bucket(k, mask)
+        while True:
+            v = vals[b]
+            if v == _EMPTY:
+                if next_slot >= limit:
+                    return -1
+                keys[b] = k
+                vals[b] = next_slot
+                out_slots[i] = next_slot
+                next_slot += 1
+                break
+            if keys[b] == k:
+                out_slots[i] = v
+                break
+            b = (b + 1) & np.int64(mask)
+    return next_slot
+
+
+@numba.njit(cache=True, nogil=True)
+def map_lookup(keys, vals, ids, out_slots):
+    """Slot of each id, or -1 when absent. Returns the number found."""
+    mask = np.uint64(keys.shape[0] - 1)
+    found = 0
+    for i in range(ids.shape[0]):
+        k = ids[i]
+        b = _bucket(k, mask)
+        out_slots[i] = -1
+        while True:
+            v = vals[b]
+            if v == _EMPTY:
+                break
+            if keys[b] == k:
+                out_slots[i] = v
+                found += 1
+                break
+            b = (b + 1) & np.int64(mask)
+    return found
+
+
+@numba.njit(cache=True, nogil=True)
+def map_rehash(old_keys, old_vals, new_keys, new_vals):
+    mask = np.uint64(new_keys.shape[0] - 1)
+    for i in range(old_keys.shape[0]):
+        v = old_vals[i]
+        if v == _EMPTY:
+            continue
+        k = old_keys[i]
+        b = _bucket(k, mask)
+        while new_vals[b] != _EMPTY:
+            b = (b + 1) & np.int64(mask)
+        new_keys[b] = k
+        new_vals[b] = v
+
+
+# --- per-batch dedup with reused scratch ------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def dedup(ids, scratch_keys, scratch_vals, used, out_unique, out_inverse):
+    """Unique ids in first-occurrence order and the inverse index (ids[j] == unique[inverse[j]]).
+
+    scratch_vals must be all -1 on entry and is restored to all -1 on exit, so the scratch is
+    reused across batches without clearing it. ``used`` has room for len(ids) positions.
+    Returns the number of unique ids.
+    """
+    mask = np.uint64(scratch_keys.shape[0] - 1)
+    n_unique = 0
+    for j in range(ids.shape[0]):
+        k = ids[j]
+        b = _bucket(k, mask)
+        while True:
+            v = scratch_vals[b]
+            if v == _EMPTY:
+                scratch_keys[b] = k
+                scratch_vals[b] = n_unique
+                used[n_unique] = b
+                out_unique[n_unique] = k
+                out_inverse[j] = n_unique
+                n_unique += 1
+                break
+            if scratch_keys[b] == k:
+                out_inverse[j] = v
+                break
+            b = (b + 1) & np.int64(mask)
+    for u in range(n_unique):
+        scratch_vals[used[u]] = _EMPTY
+    return n_unique
+
+
+@numba.njit(cache=True, nogil=True)
+def transpose_bags(inverse, offsets, n_unique, mean, out_toff, out_tbag, out_tweight):
+    """Transposed (unique row -> bags) CSR index, built with a stable counting sort.
+
+    For unique row u, out_tbag[out_toff[u]:out_toff[u+1]] lists the bag of each of its
+    occurrences in sample order, so a row's gradient is always summed in sample order.
+    out_tweight holds 1/len(bag) when ``mean`` else 1.
+    """
+    n_bags = offsets.shape[0] - 1
+    for u in range(n_unique + 1):
+        out_toff[u] = 0
+    for j in range(inverse.shape[0]):
+        out_toff[inverse[j] + 1] += 1
+    for u in range(n_unique):
+        out_toff[u + 1] += out_toff[u]
+    cursor = out_toff[:n_unique].copy()
+    for b in range(n_bags):
+        lo = offsets[b]
+        hi = offsets[b + 1]
+        w = np.float32(1.0)
+        if mean and hi > lo:
+            w = np.float32(1.0) / np.float32(hi - lo)
+        for j in range(lo, hi):
+            u = inverse[j]
+            p = cursor[u]
+            out_tbag[p] = b
+            out_tweight[p] = w
+            cursor[u] = p + 1
+
+
+# --- rows ---------------------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True, parallel=True)
+def gather_rows(slab, slots, dim, out_w, out_s):
+    """out_w[u] = slab[slots[u], :dim]; out_s[u] = slab[slots[u], dim:] (one pass over each row)."""
+    width = slab.shape[1]
+    for u in prange(slots.shape[0]):
+        s = slots[u]
+        for c in range(dim):
+            out_w[u, c] = slab[s, c]
+        for c in range(dim, width):
+            out_s[u, c - dim] = slab[s, c]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value):
+    """Initialise rows ``slots`` for ``ids``: each value is a pure function of (seed, id, column).
+
+    kind 0: uniform(a, b); kind 1: normal(0, a) by Box-Muller. Optimizer state <- state_value.
+    """
+    width = slab.shape[1]
+    s64 = mix64(np.uint64(seed) * _GOLDEN + np.uint64(0x632BE59BD9B4E019))
+    for i in prange(slots.shape[0]):
+        base = mix64(s64 ^ np.uint64(ids[i]))
+        r = slots[i]
+        for c in range(dim):
+            h1 = mix64(base + np.uint64(2 * c + 1) * _GOLDEN)
+            u1 = np.float64(h1 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+            if kind == 0:
+                slab[r, c] = np.float32(a + (b - a) * u1)
+            else:
+                h2 = mix64(base + np.uint64(2 * c + 2) * _GOLDEN)
+                u2 = np.float64(h2 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+                z = np.sqrt(-2.0 * np.log(1.0 - u1)) * np.cos(2.0 * np.pi * u2)
+                slab[r, c] = np.float32(a * z)
+        for c in range(dim, width):
+            slab[r, c] = state_value

@@ -1,0 +1,179 @@
+"""ResidentTable: every row of one table resident in one slab (rows and optimizer state side by
+side), with a dynamic vocabulary. This is the reference placement that tiered stores must match.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cosparse.config import TableConfig
+from cosparse.optim import SparseOptimizer
+from cosparse.store import kernels
+from cosparse.store.hashmap import IdMap
+
+_INIT_KIND = {"uniform": 0, "normal": 1}
+
+
+class BudgetExceeded(RuntimeError):
+    """The table would outgrow its share of the configured device budget."""
+
+
+class ResidentTable:
+    """All rows of a table on one device (a numpy slab on CPU, a torch tensor on CUDA)."""
+
+    def __init__(
+        self,
+        cfg: TableConfig,
+        device: torch.device,
+        max_bytes: int | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.optimizer = SparseOptimizer(cfg.optimizer)
+        self.dim = cfg.dim
+        self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
+        self.row_bytes = 4 * self.width
+        self.max_bytes = max_bytes
+        self.ids = IdMap(expected=cfg.num_embeddings or 65536)
+        rows = cfg.num_embeddings or 65536
+        if max_bytes is not None:
+            rows = max(1, min(rows, max_bytes // self.row_bytes))
+        self._slab_np: np.ndarray | None = None
+        self.slab = self._alloc(rows)
+        self._w_buf = torch.empty(0, self.dim, device=device)
+        self._s_buf = torch.empty(0, self.width - self.dim, device=device)
+
+    # --- storage ------------------------------------------------------------------------
+    @property
+    def num_rows(self) -> int:
+        return self.ids.size
+
+    @property
+    def capacity(self) -> int:
+        return int(self.slab.shape[0])
+
+    def _alloc(self, rows: int) -> torch.Tensor:
+        if self.device.type == "cpu":
+            # numpy-allocated slabs get transparent huge pages; torch.from_numpy shares them.
+            self._slab_np = np.empty((rows, self.width), dtype=np.float32)
+            return torch.from_numpy(self._slab_np)
+        return torch.empty(rows, self.width, dtype=torch.float32, device=self.device)
+
+    def _grow(self, rows_needed: int, valid_rows: int) -> None:
+        new_rows = max(rows_needed, 2 * self.capacity)
+        if self.max_bytes is not None:
+            limit = self.max_bytes // self.row_bytes
+            if rows_needed > limit:
+                raise BudgetExceeded(
+                    f"table '{self.cfg.name}' needs {rows_needed} rows "
+                    f"({rows_needed * self.row_bytes} bytes) but its share of "
+                    f"store.device.budget_bytes holds {limit} rows"
+                )
+            new_rows = min(new_rows, limit)
+        old = self.slab
+        self.slab = self._alloc(new_rows)
+        self.slab[:valid_rows].copy_(old[:valid_rows])
+
+    # --- ID work --------------------------------------------------------------------------
+    def map_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Apply the optional modulo of ``hash_size``; IDs are unbounded otherwise."""
+        if self.cfg.hash_size is not None:
+            return np.remainder(ids, self.cfg.hash_size)
+        return ids
+
+    def slots_for(self, unique: np.ndarray) -> np.ndarray:
+        """Slots of unique IDs; new IDs get rows initialised from (table seed, ID)."""
+        slots, first_new = self.ids.lookup_or_insert(unique)
+        n = self.ids.size
+        if n > first_new:
+            if n > self.capacity:
+                self._grow(n, first_new)
+            new_slots = np.arange(first_new, n, dtype=np.int64)
+            new_ids = unique[slots >= first_new]
+            self._init_rows(new_slots, new_ids)
+        return slots
+
+    def initial_rows(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Fresh rows+state for ``ids``: a pure function of (table seed, ID)."""
+        init = self.cfg.init
+        a, b = (init.low, init.high) if init.kind == "uniform" else (init.std, 0.0)
+        if out is None:
+            out = np.empty((ids.shape[0], self.width), dtype=np.float32)
+        kernels.init_rows(
+            out, np.arange(ids.shape[0]), ids, self.cfg.seed, self.dim, _INIT_KIND[init.kind],
+            a, b, self.optimizer.initial_state,
+        )
+        return out
+
+    def _init_rows(self, slots: np.ndarray, ids: np.ndarray) -> None:
+        if self._slab_np is not None and slots.shape[0] and slots[-1] - slots[0] + 1 == len(slots):
+            self.initial_rows(ids, out=self._slab_np[slots[0] : slots[-1] + 1])
+        else:
+            rows = torch.from_numpy(self.initial_rows(ids)).to(self.device)
+            self.slab[torch.from_numpy(slots).to(self.device)] = rows
+
+    def read_rows(self, unique: np.ndarray) -> torch.Tensor:
+        """Rows of ``unique`` without creating any: unseen IDs read their initial value.
+
+        Used for evaluation, which must not change the table.
+        """
+        slots = self.ids.lookup(unique)
+        found = slots >= 0
+        out = torch.empty(unique.shape[0], self.dim, device=self.device)
+        if found.any():
+            out[torch.from_numpy(found).to(self.device)] = self.slab[
+                torch.from_numpy(slots[found]).to(self.device), : self.dim
+            ]
+        if not found.all():
+            fresh = self.initial_rows(unique[~found])[:, : self.dim]
+            out[torch.from_numpy(~found).to(self.device)] = torch.from_numpy(fresh).to(self.device)
+        return out
+
+    # --- rows -----------------------------------------------------------------------------
+    def gather(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows and state of ``slots`` into reused compact buffers (views [U, dim], [U, sw])."""
+        u = slots.shape[0]
+        if self._w_buf.shape[0] < u:
+            cap = max(u, int(self._w_buf.shape[0] * 1.5))
+            self._w_buf = torch.empty(cap, self.dim, device=self.device)
+            self._s_buf = torch.empty(cap, self.width - self.dim, device=self.device)
+        w, s = self._w_buf[:u], self._s_buf[:u]
+        if self._slab_np is not None:
+            kernels.gather_rows(self._slab_np, slots, self.dim, w.numpy(), s.numpy())
+        else:
+            rows = self.slab.index_select(0, torch.from_numpy(slots).to(self.device))
+            w.copy_(rows[:, : self.dim])
+            s.copy_(rows[:, self.dim :])
+        return w, s
+
+    def apply_gradients(
+        self, w: torch.Tensor, s: torch.Tensor, g: torch.Tensor, slots: np.ndarray, step: int
+    ) -> None:
+        """Optimizer update of the gathered rows, written straight back into the slab."""
+        if self._slab_np is not None:
+            self.optimizer.update(
+                w.numpy(), s.numpy(), g.contiguous().numpy(), step, self._slab_np, slots
+            )
+        else:
+            dev_slots = torch.from_numpy(slots).to(self.device)
+            self.optimizer.update(w, s, g, step, self.slab, dev_slots)
+
+    # --- checkpoint -----------------------------------------------------------------------
+    def export(self) -> dict[str, np.ndarray]:
+        """IDs (ordered by slot) and their rows+state."""
+        ids, slots = self.ids.items()
+        rows = self.slab[: self.num_rows].cpu().numpy().copy()
+        return {"ids": ids, "rows": rows[slots]}
+
+    def load(self, state: dict[str, np.ndarray]) -> None:
+        ids, rows = state["ids"], state["rows"]
+        if rows.shape[1] != self.width:
+            raise ValueError(
+                f"table '{self.cfg.name}': checkpoint rows have width {rows.shape[1]}, "
+                f"config needs {self.width} (dim + optimizer state)"
+            )
+        self.ids = IdMap.from_items(ids, np.arange(ids.shape[0]))
+        if ids.shape[0] > self.capacity:
+            self.slab = self._alloc(max(ids.shape[0], self.capacity))
+        self.slab[: ids.shape[0]] = torch.from_numpy(rows).to(self.device)

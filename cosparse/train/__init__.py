@@ -1,0 +1,1 @@
+"""Trainer loop, checkpoints and metrics."""

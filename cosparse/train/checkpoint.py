@@ -1,0 +1,119 @@
+"""Checkpoints: dense weights, dense optimizer, embedding rows with their optimizer state, the
+vocabulary, the reader position and RNG state, written atomically (temp dir, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+FORMAT_VERSION = 1
+_LATEST = "LATEST"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+@dataclass
+class TrainState:
+    """Where training stands: the next step to run and the reader position."""
+
+    step: int
+    epoch: int
+    batch_in_epoch: int
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(
+    root: str | Path,
+    state: TrainState,
+    dense: dict[str, Any],
+    tables: dict[str, dict[str, np.ndarray]],
+    config: dict[str, Any],
+    keep: int = 2,
+) -> Path:
+    """Write ``root/step_NNNNNNNN`` atomically and point ``root/LATEST`` at it."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{state.step:08d}"
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        torch.save(dense, tmp / "dense.pt")
+        for name, arrays in tables.items():
+            with open(tmp / f"table-{name}.npz", "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "step": state.step,
+            "epoch": state.epoch,
+            "batch_in_epoch": state.batch_in_epoch,
+            "tables": sorted(tables),
+            "config": config,
+        }
+        with open(tmp / "meta.json", "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    latest_tmp = root / f".{_LATEST}.tmp"
+    latest_tmp.write_text(final.name)
+    os.replace(latest_tmp, root / _LATEST)
+    _fsync_dir(root)
+    old = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for p in old[: max(0, len(old) - keep)]:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory, or a root whose LATEST names one."""
+    p = Path(path)
+    if (p / "meta.json").exists():
+        return p
+    if (p / _LATEST).exists():
+        return p / (p / _LATEST).read_text().strip()
+    raise CheckpointError(f"no checkpoint at {p} (no meta.json and no {_LATEST} file)")
+
+
+def load_checkpoint(
+    path: str | Path,
+) -> tuple[TrainState, dict[str, Any], dict[str, dict[str, np.ndarray]], dict[str, Any]]:
+    ck = resolve_checkpoint(path)
+    meta = json.loads((ck / "meta.json").read_text())
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{ck}: checkpoint format {meta.get('format_version')}, this build reads {FORMAT_VERSION}"
+        )
+    dense = torch.load(ck / "dense.pt", weights_only=True)
+    tables = {}
+    for name in meta["tables"]:
+        with np.load(ck / f"table-{name}.npz") as z:
+            tables[name] = {k: z[k] for k in z.files}
+    state = TrainState(meta["step"], meta["epoch"], meta["batch_in_epoch"])
+    return state, dense, tables, meta["config"]

@@ -1,0 +1,31 @@
+"""Evaluation metrics: ROC AUC (rank statistic with tied ranks averaged) and log loss."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve; NaN when only one class is present."""
+    labels = np.asarray(labels, dtype=np.float64)
+    scores = np.asarray(scores, dtype=np.float64)
+    pos = labels > 0.5
+    n_pos = int(pos.sum())
+    n_neg = labels.shape[0] - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = scores[order]
+    # average rank (1-based) of each group of tied scores
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_scores)) + 1]
+    ends = np.r_[starts[1:], sorted_scores.shape[0]]
+    group_rank = (starts + ends + 1) / 2.0
+    ranks = np.empty_like(sorted_scores)
+    ranks[order] = np.repeat(group_rank, ends - starts)
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def log_loss(labels: np.ndarray, probs: np.ndarray, eps: float = 1e-7) -> float:
+    p = np.clip(np.asarray(probs, dtype=np.float64), eps, 1 - eps)
+    y = np.asarray(labels, dtype=np.float64)
+    return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())

@@ -1,0 +1,78 @@
+"""Prefetcher: runs the host ID work of upcoming batches on a background thread, in order.
+
+The numba kernels release the GIL, so dedup of batch t+1 overlaps with the dense compute of
+batch t. The queue is bounded by ``lookahead``; 0 runs everything inline.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+_DONE = object()
+
+
+class Prefetcher:
+    """Iterates ``fn(item)`` for each item of ``source``, up to ``lookahead`` items ahead."""
+
+    def __init__(self, source: Iterable[Any], fn: Callable[[Any], Any], lookahead: int) -> None:
+        self._source = source
+        self._fn = fn
+        self._lookahead = lookahead
+        self.wait_ms = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
+
+    def _run(self) -> None:
+        try:
+            for item in self._source:
+                out = self._fn(item)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(out, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            self._queue.put(_DONE)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer thread
+            self._queue.put(e)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._lookahead == 0:
+            it = iter(self._source)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+                self.wait_ms += (time.perf_counter() - t0) * 1e3
+                yield self._fn(item)
+        self._thread = threading.Thread(target=self._run, name="cosparse-prefetch", daemon=True)
+        self._thread.start()
+        while True:
+            t0 = time.perf_counter()
+            out = self._queue.get()
+            self.wait_ms += (time.perf_counter() - t0) * 1e3
+            if out is _DONE:
+                return
+            if isinstance(out, BaseException):
+                raise out
+            yield out
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            while self._thread.is_alive():
+                try:
+                    self._queue.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+            self._thread.join()
+            self._thread = None

@@ -1,0 +1,222 @@
+"""Trainer: the training loop (data stream, prefetch, forward/backward, sparse and dense optimizer
+steps), evaluation, progress, metrics and checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from cosparse.config import Config, ConfigError
+from cosparse.data import BatchStream, make_reader
+from cosparse.nn.embedding import PreparedBatch
+from cosparse.nn.models import build_model
+from cosparse.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from cosparse.train.evaluate import log_loss, roc_auc
+from cosparse.train.metrics import IntervalStats, MetricsSink
+from cosparse.train.prefetch import Prefetcher
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: 'cuda' requested but no CUDA device is available")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def make_dense_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
+    o = cfg.model.dense_optimizer
+    if o.kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=o.lr)
+    if o.kind == "adam":
+        return torch.optim.Adam(params, lr=o.lr)
+    return torch.optim.SGD(params, lr=o.lr)
+
+
+class Trainer:
+    """Trains ``cfg.model`` on ``cfg.data``; ``run`` returns the final metrics."""
+
+    def __init__(self, cfg: Config, log: Callable[[str], None] | None = None) -> None:
+        self.cfg = cfg
+        self.log = log or (lambda msg: tqdm.write(msg))
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+            numba.set_num_threads(min(cfg.train.threads, numba.config.NUMBA_NUM_THREADS))
+        torch.manual_seed(cfg.train.seed)
+        self.device = pick_device(cfg.train.device)
+        self.train_reader = make_reader(cfg.data, "train")
+        self.eval_reader = make_reader(cfg.data, "eval")
+        keys = set(self.train_reader.keys)
+        for i, t in enumerate(cfg.tables):
+            for f in t.features:
+                if f not in keys:
+                    raise ConfigError(
+                        f"tables[{i}].features: feature '{f}' is not produced by data.reader "
+                        f"'{cfg.data.reader}' (it has {', '.join(self.train_reader.keys)})"
+                    )
+        self.model = build_model(cfg, self.train_reader.num_dense, self.device)
+        self.ec = self.model.ec
+        self.dense_opt = make_dense_optimizer(cfg, list(self.model.parameters()))
+        self.state = TrainState(step=0, epoch=0, batch_in_epoch=0)
+        self.sink = MetricsSink(cfg.train.metrics_json, cfg.train.tensorboard_dir)
+        self.losses: list[float] = []
+        self.bad_records = 0
+
+    # --- checkpoints --------------------------------------------------------------------------
+    def save(self) -> None:
+        ck = self.cfg.train.checkpoint
+        dense = {
+            "model": self.model.state_dict(),
+            "optimizer": self.dense_opt.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "bad_records": self.bad_records,
+        }
+        path = save_checkpoint(
+            ck.dir,  # type: ignore[arg-type]
+            self.state,
+            dense,
+            self.ec.export_rows(),
+            dataclasses.asdict(self.cfg),
+            keep=ck.keep,
+        )
+        self.log(f"checkpoint: step {self.state.step} -> {path}")
+
+    def resume(self, path: str) -> None:
+        state, dense, tables, _ = load_checkpoint(path)
+        self.model.load_state_dict(dense["model"])
+        self.dense_opt.load_state_dict(dense["optimizer"])
+        torch.set_rng_state(dense["torch_rng"])
+        self.bad_records = int(dense.get("bad_records", 0))
+        self.ec.load_rows(tables, state.step)
+        self.state = state
+        self.log(f"resumed from {path}: step {state.step}, epoch {state.epoch}")
+
+    # --- training -----------------------------------------------------------------------------
+    def _train_step(self, prepared: PreparedBatch) -> float:
+        batch = prepared.batch
+        self.model.train()
+        self.dense_opt.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        supply0 = self.ec.stage_ms["supply"]
+        logits = self.model(prepared)
+        labels = batch.labels.to(self.device, non_blocking=True)
+        loss = F.binary_cross_entropy_with_logits(logits, labels)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        self.dense_opt.step()
+        self.ec.apply_gradients()
+        t3 = time.perf_counter()
+        supply = self.ec.stage_ms["supply"] - supply0
+        self._stages = {
+            "supply": supply,
+            "forward": (t1 - t0) * 1e3 - supply,
+            "backward": (t2 - t1) * 1e3,
+            "optim": (t3 - t2) * 1e3,
+            "prep": prepared.prep_ms,
+        }
+        return float(loss.detach())
+
+    def run(self, steps: int | None = None) -> dict[str, Any]:
+        total = steps if steps is not None else self.cfg.train.steps
+        cfg = self.cfg
+        stats = IntervalStats()
+        bar = tqdm(
+            total=total, initial=self.state.step, disable=not cfg.train.progress, unit="step",
+            dynamic_ncols=True,
+        )
+        last: dict[str, Any] = {}
+        try:
+            while self.state.step < total and self.state.epoch < cfg.train.epochs:
+                stream = BatchStream(
+                    self.train_reader, cfg.data.workers, cfg.data.queue_depth,
+                    start_batch=self.state.batch_in_epoch,
+                )
+                prefetch = Prefetcher(stream, self.ec.prepare, cfg.supply.lookahead)
+                try:
+                    for prepared in prefetch:
+                        t0 = time.perf_counter()
+                        wait0 = prefetch.wait_ms
+                        loss = self._train_step(prepared)
+                        self.losses.append(loss)
+                        self.bad_records += prepared.batch.bad_records
+                        self.state.step += 1
+                        self.state.batch_in_epoch += 1
+                        stages = dict(self._stages, read=prefetch.wait_ms - wait0)
+                        stats.add_step(
+                            prepared.batch.batch_size, loss, (time.perf_counter() - t0) * 1e3, stages
+                        )
+                        bar.update(1)
+                        if self.state.step % cfg.train.log_every == 0 or self.state.step == total:
+                            last = self._log_interval(stats, bar)
+                        ck = cfg.train.checkpoint
+                        if ck.every and self.state.step % ck.every == 0:
+                            self.save()
+                        if cfg.train.eval_every and self.state.step % cfg.train.eval_every == 0:
+                            self.evaluate()
+                        if self.state.step >= total:
+                            break
+                    else:
+                        self.state.epoch += 1
+                        self.state.batch_in_epoch = 0
+                finally:
+                    prefetch.close()
+                    stream.close()
+        finally:
+            bar.close()
+        if stats.steps:
+            last = self._log_interval(stats, None)
+        final = {**last, "step": self.state.step, **self.evaluate(), "bad_records": self.bad_records}
+        final.pop("kind", None)
+        self.sink.write({**final, "kind": "final"})
+        return final
+
+    def _log_interval(self, stats: IntervalStats, bar: tqdm | None) -> dict[str, Any]:
+        rec = {"kind": "train", "step": self.state.step, **stats.summary()}
+        rec["bad_records"] = self.bad_records
+        for name, n in self.ec.unique_ids.items():
+            rec[f"unique_ids.{name}"] = n
+        self.sink.write(rec)
+        if bar is not None:
+            bar.set_postfix(loss=f"{rec['loss']:.4f}", samples_s=f"{rec['samples_per_s']:,.0f}")
+            if bar.disable:
+                self.log(
+                    f"step {rec['step']}: loss {rec['loss']:.4f}, "
+                    f"{rec['samples_per_s']:,.0f} samples/s"
+                )
+        stats.reset()
+        return rec
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """AUC and log loss over the whole eval split (the tables are not modified)."""
+        self.model.eval()
+        scores, labels = [], []
+        with BatchStream(self.eval_reader, self.cfg.data.workers, self.cfg.data.queue_depth) as s:
+            for batch in s:
+                logits = self.model(self.ec.prepare(batch))
+                scores.append(torch.sigmoid(logits).float().cpu().numpy())
+                labels.append(batch.labels.numpy())
+        self.model.train()
+        if not scores:
+            return {}
+        y, p = np.concatenate(labels), np.concatenate(scores)
+        out = {"auc": roc_auc(y, p), "logloss": log_loss(y, p), "eval_samples": int(y.shape[0])}
+        self.sink.write({"kind": "eval", "step": self.state.step, **out})
+        self.log(
+            f"eval @ step {self.state.step}: auc {out['auc']:.4f}, logloss {out['logloss']:.4f} "
+            f"({out['eval_samples']} samples)"
+        )
+        return out
+
+    def close(self) -> None:
+        self.sink.close()

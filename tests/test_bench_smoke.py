@@ -1,0 +1,47 @@
+"""Smoke test of benchmarks/bench_inmemory.py: a --tiny run (2 tables x 10k rows, batch 256,
+2 rounds x 3 steps) in a subprocess, checking the JSON it writes. Takes ~15 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks" / "bench_inmemory.py"
+
+
+def test_bench_inmemory_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--tiny", "--threads", "2", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    for key in ("cosparse_samples_per_s", "cosparse_inline_samples_per_s", "torch_samples_per_s",
+                "ratio", "embedding_ratio"):
+        assert res[key] > 0, key
+    assert set(res["embedding_ms"]) >= {"cosparse", "torch"}
+    assert all(v > 0 for v in res["embedding_ms"].values())
+    assert set(res["peak_rss_mb"]) == {"cosparse", "cosparse_inline", "torch"}
+    assert all(v > 0 for v in res["peak_rss_mb"].values())
+    for name, c in res["contenders"].items():
+        assert c["step_ms_p50"] > 0, name
+        assert len(c["rounds_samples_per_s"]) == res["config"]["rounds"] == 2
+    assert res["config"]["tables"] == 2 and res["config"]["batch"] == 256
+    assert res["machine"]["nproc"] >= 1 and len(res["machine"]["loadavg"]) == 3
+    assert res["cosparse_breakdown_ms"]["total"] > 0
+    assert "ratio = " in proc.stdout and "embedding_ratio = " in proc.stdout
+
+
+def test_peer_missing_venv_fails_clearly(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--tiny", "--peer", "torchrec",
+         "--peer-python", str(tmp_path / "nope" / "python")],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "make peers" in proc.stderr

@@ -1,0 +1,104 @@
+"""EmbeddingCollection: pooled lookup and its fast backward against nn.EmbeddingBag, deterministic
+row initialisation, and evaluation that leaves the tables untouched."""
+
+import numpy as np
+import pytest
+import torch
+
+from cosparse.batch import SparseBatch
+from cosparse.config import InitConfig, OptimizerConfig, TableConfig
+from cosparse.nn.embedding import EmbeddingCollection
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _batch(seed=0, b=64, keys=("a", "b"), vocab=50, max_len=4):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, max_len, (len(keys) * b,), generator=g)
+    values = torch.randint(-vocab, vocab, (int(lengths.sum()),), generator=g) * 1_000_003
+    return SparseBatch(list(keys), values, lengths, torch.zeros(b, 1), torch.zeros(b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_forward_and_row_grads_match_embedding_bag(device, pooling):
+    batch = _batch()
+    tc = TableConfig(name="t", dim=8, features=["a", "b"], pooling=pooling,
+                     optimizer=OptimizerConfig(kind="sgd", lr=1.0))
+    ec = EmbeddingCollection([tc], device=device)
+    out = ec(batch)
+    table = ec.tables["t"]
+    slots_all = torch.from_numpy(table.ids.lookup(batch.values.numpy())).to(device)
+    weight = table.slab[: table.num_rows, :8].clone()
+    ref_bag = torch.nn.EmbeddingBag.from_pretrained(weight, freeze=False, mode=pooling)
+    ref = ref_bag(slots_all, batch.offsets[:-1].to(device))
+    got = torch.cat([out["a"], out["b"]])
+    torch.testing.assert_close(got, ref)
+    upstream = torch.randn_like(got)
+    (got * upstream).sum().backward()
+    (ref * upstream).sum().backward()
+    pending = ec._pending[0]
+    dense_grad = torch.zeros_like(weight)
+    dense_grad[torch.from_numpy(pending.slots).to(device)] = pending.weights.grad
+    torch.testing.assert_close(dense_grad, ref_bag.weight.grad)
+    # SGD with lr 1: new rows = old rows - grad, written back into the slab
+    ec.apply_gradients()
+    torch.testing.assert_close(table.slab[: table.num_rows, :8], weight - ref_bag.weight.grad)
+
+
+def test_initial_rows_are_a_pure_function_of_seed_and_id():
+    tc = TableConfig(name="t", dim=16, features=["a"], seed=11,
+                     init=InitConfig(kind="normal", std=0.1))
+    ids = np.array([5, -3, 2**62, 7], dtype=np.int64)
+    e1 = EmbeddingCollection([tc], device="cpu").tables["t"]
+    e2 = EmbeddingCollection([tc], device="cpu").tables["t"]
+    e1.slots_for(np.array([99, 5, -3], dtype=np.int64))
+    e1.slots_for(ids)
+    e2.slots_for(ids[::-1].copy())
+    r1 = e1.slab[torch.from_numpy(e1.ids.lookup(ids))]
+    r2 = e2.slab[torch.from_numpy(e2.ids.lookup(ids))]
+    assert torch.equal(r1, r2)
+    assert torch.equal(torch.from_numpy(e1.initial_rows(ids)), r1)
+    assert 0.05 < float(r1[:, :16].std()) < 0.2
+    other_seed = EmbeddingCollection([TableConfig(name="t", dim=16, features=["a"], seed=12)])
+    assert not torch.equal(torch.from_numpy(other_seed.tables["t"].initial_rows(ids)), r1)
+
+
+def test_eval_reads_rows_without_creating_them():
+    tc = TableConfig(name="t", dim=4, features=["a", "b"])
+    ec = EmbeddingCollection([tc], device="cpu")
+    ec(_batch(seed=1))
+    n = ec.tables["t"].num_rows
+    snapshot = ec.tables["t"].slab[:n].clone()
+    ec.eval()
+    with torch.no_grad():
+        out_eval = ec(_batch(seed=2, vocab=500))
+    assert ec.tables["t"].num_rows == n
+    assert torch.equal(ec.tables["t"].slab[:n], snapshot)
+    ec.train()
+    ec._pending = []
+    out_train = ec(_batch(seed=2, vocab=500))  # now creates the same rows, same values
+    torch.testing.assert_close(out_eval["a"], out_train["a"].detach(), rtol=0, atol=0)
+
+
+def test_modulo_hashing_only_when_configured():
+    batch = _batch(vocab=10_000)
+    free = EmbeddingCollection([TableConfig(name="t", dim=4, features=["a", "b"])])
+    fixed = EmbeddingCollection([TableConfig(name="t", dim=4, features=["a", "b"], hash_size=7)])
+    free(batch)
+    fixed(batch)
+    assert fixed.tables["t"].num_rows <= 7
+    assert free.tables["t"].num_rows == len(np.unique(batch.values.numpy()))
+
+
+def test_slab_growth_keeps_trained_rows():
+    tc = TableConfig(name="t", dim=4, features=["a"], num_embeddings=16)
+    table = EmbeddingCollection([tc]).tables["t"]
+    first = np.arange(10, dtype=np.int64)
+    table.slab[torch.from_numpy(table.slots_for(first))] = 7.0  # "trained" rows
+    table.slots_for(np.arange(5, 10_000, dtype=np.int64))  # grows the slab several times
+    assert table.capacity >= 10_000
+    assert torch.all(table.slab[torch.from_numpy(table.ids.lookup(first))] == 7.0)
+    fresh = np.arange(10, 10_000, dtype=np.int64)
+    rows = table.slab[torch.from_numpy(table.ids.lookup(fresh))]
+    assert torch.equal(rows, torch.from_numpy(table.initial_rows(fresh)))

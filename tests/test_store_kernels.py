@@ -1,0 +1,54 @@
+"""The ID map, dedup and transposed index kernels against plain numpy references."""
+
+import numpy as np
+import pytest
+
+from cosparse.store.dedup import Deduper
+from cosparse.store.hashmap import IdMap
+
+
+def test_idmap_insert_lookup_growth_unbounded_ids():
+    rng = np.random.default_rng(0)
+    m = IdMap(expected=16)
+    ids = np.unique(rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 50_000))
+    rng.shuffle(ids)
+    slots, first = m.lookup_or_insert(ids[:30_000])
+    assert first == 0 and np.array_equal(slots, np.arange(30_000))
+    assert m.capacity >= 30_000 / 0.7  # grew from 16
+    slots2, first2 = m.lookup_or_insert(ids)  # half known, half new
+    assert first2 == 30_000
+    assert np.array_equal(slots2[:30_000], np.arange(30_000))
+    assert np.array_equal(slots2[30_000:], np.arange(30_000, 50_000))
+    found = m.lookup(np.r_[ids[::7], np.int64(12345)])
+    assert np.array_equal(found[:-1], np.arange(50_000)[::7]) and found[-1] == -1
+    k, s = m.items()
+    m2 = IdMap.from_items(k, s)
+    assert np.array_equal(m2.lookup(ids), np.arange(50_000))
+
+
+def test_dedup_matches_numpy_and_keeps_first_occurrence_order():
+    rng = np.random.default_rng(1)
+    d = Deduper()
+    for n in (0, 1, 1000, 70_000, 500):  # scratch is reused and shrinks/grows
+        ids = rng.zipf(1.2, n).astype(np.int64) * -7919
+        uniq, inv = d.unique(ids)
+        assert np.array_equal(uniq[inv], ids)
+        _, first_idx = np.unique(ids, return_index=True)
+        assert np.array_equal(uniq, ids[np.sort(first_idx)])
+
+
+@pytest.mark.parametrize("mean", [False, True])
+def test_transposed_index_is_stable_and_complete(mean):
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(0, 6, 300)
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
+    ids = rng.integers(0, 40, offsets[-1]).astype(np.int64)
+    t = Deduper().prepare(ids, offsets, mean)
+    bag_of = np.repeat(np.arange(lengths.shape[0]), lengths)
+    for u in range(t.num_unique):
+        occ = np.flatnonzero(t.inverse == u)  # occurrences in sample order
+        got = t.t_bags[t.t_offsets[u] : t.t_offsets[u + 1]]
+        assert np.array_equal(got, bag_of[occ])
+        w = t.t_weights[t.t_offsets[u] : t.t_offsets[u + 1]]
+        expect = 1.0 / lengths[bag_of[occ]] if mean else np.ones(occ.shape[0])
+        np.testing.assert_array_equal(w, expect.astype(np.float32))
