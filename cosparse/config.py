@@ -94,6 +94,7 @@ class TableConfig:
     seed: int = 0
     num_embeddings: int | None = None  # expected rows: sizes the first allocation, checks budget
     hash_size: int | None = None  # only when set: IDs are taken modulo this (fixed-size table)
+    policy: Literal["lru", "lfu", "hotness"] | None = None  # overrides store.device.policy
 
 
 @dataclass
@@ -115,14 +116,31 @@ class ModelConfig:
 
 @dataclass
 class TierConfig:
+    """A tier's capacity, as ``budget_bytes`` (split across tables) or ``rows`` (per table)."""
+
     budget_bytes: int | str | None = None
     rows: int | None = None
     policy: Literal["lru", "lfu", "hotness"] = "hotness"
 
 
 @dataclass
+class HostTierConfig(TierConfig):
+    policy: Literal["lru", "lfu", "hotness"] = "lfu"
+    spill: bool = False  # rows the host evicts go to an in-process backing store (until the PS)
+
+
+@dataclass
 class StoreConfig:
+    """Where rows live. No device capacity: every row resident on the device (the reference)."""
+
     device: TierConfig = field(default_factory=TierConfig)
+    host: HostTierConfig = field(default_factory=HostTierConfig)
+    decay: float = 0.99  # per-batch decay of the hotness counts
+    probe_batches: int = 4  # first batches read at start-up to size and check the tiers
+
+    @property
+    def tiered(self) -> bool:
+        return self.device.rows is not None or self.device.budget_bytes is not None
 
 
 @dataclass
@@ -278,10 +296,23 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("train.checkpoint.every: must be >= 0")
     if tr.checkpoint.every and not tr.checkpoint.dir:
         raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every is set")
-    if cfg.store.device.budget_bytes is not None:
-        cfg.store.device.budget_bytes = parse_bytes(
-            cfg.store.device.budget_bytes, "store.device.budget_bytes"
-        )
+    for tier_name in ("device", "host"):
+        tier = getattr(cfg.store, tier_name)
+        key = f"store.{tier_name}"
+        if tier.budget_bytes is not None and tier.rows is not None:
+            raise ConfigError(f"{key}: give budget_bytes or rows, not both")
+        if tier.budget_bytes is not None:
+            tier.budget_bytes = parse_bytes(tier.budget_bytes, f"{key}.budget_bytes")
+            if tier.budget_bytes <= 0:
+                raise ConfigError(f"{key}.budget_bytes: must be positive")
+        if tier.rows is not None and tier.rows <= 0:
+            raise ConfigError(f"{key}.rows: must be positive")
+    host = cfg.store.host
+    if not cfg.store.tiered and (host.rows is not None or host.budget_bytes is not None or host.spill):
+        raise ConfigError("store.host: a host tier needs a bounded device tier "
+                          "(store.device.rows or store.device.budget_bytes)")
+    if not 0.0 < cfg.store.decay <= 1.0:
+        raise ConfigError("store.decay: must be in (0, 1]")
     if cfg.supply.lookahead < 0:
         raise ConfigError("supply.lookahead: must be >= 0")
     if cfg.model.kind in ("deepfm",):

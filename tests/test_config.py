@@ -61,13 +61,34 @@ def test_feature_in_two_tables_is_rejected(tmp_path):
         load_config(_write(tmp_path, cfg))
 
 
-def test_budget_that_cannot_hold_the_tables_fails_at_startup(tmp_path):
+def test_budget_that_cannot_hold_the_declared_tables_fails_at_startup(tmp_path):
+    from cosparse.nn.embedding import EmbeddingCollection
+
+    cfg = load_config(_write(tmp_path, _mutate(["tables", 0, "num_embeddings"], 1_000_000)))
+    with pytest.raises(ConfigError, match="store.device.budget_bytes"):
+        EmbeddingCollection(cfg.tables, "cpu", budget_bytes=2**20)
+
+
+def test_device_budget_below_the_dense_model_fails_at_startup(tmp_path):
     from cosparse.train.trainer import Trainer
 
-    cfg = _mutate(["tables", 0, "num_embeddings"], 1_000_000)
-    cfg["store"] = {"device": {"budget_bytes": "1MiB"}}
-    with pytest.raises(ConfigError, match="store.device.budget_bytes"):
+    cfg = _mutate(["model", "bottom"], [256, 4])
+    cfg["store"] = {"device": {"budget_bytes": "64KiB"}}
+    with pytest.raises(ConfigError, match="cannot hold the dense model"):
         Trainer(load_config(_write(tmp_path, cfg)))
+
+
+def test_device_tier_below_one_batch_fails_at_startup(tmp_path):
+    from cosparse.train.trainer import Trainer
+
+    cfg = _mutate(["store"], {"device": {"rows": 3}})
+    with pytest.raises(ConfigError, match="store.device: table 't' gets 3 device rows"):
+        Trainer(load_config(_write(tmp_path, cfg)))
+
+
+def test_host_tier_without_device_tier_is_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="store.host"):
+        load_config(_write(tmp_path, _mutate(["store"], {"host": {"rows": 10}})))
 
 
 def test_feature_without_data_column_fails_at_startup(tmp_path):

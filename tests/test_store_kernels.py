@@ -52,3 +52,21 @@ def test_transposed_index_is_stable_and_complete(mean):
         w = t.t_weights[t.t_offsets[u] : t.t_offsets[u + 1]]
         expect = 1.0 / lengths[bag_of[occ]] if mean else np.ones(occ.shape[0])
         np.testing.assert_array_equal(w, expect.astype(np.float32))
+
+
+def test_idmap_erase_by_backward_shift_keeps_every_other_key_reachable():
+    rng = np.random.default_rng(4)
+    m = IdMap(expected=4096)
+    ids = np.unique(rng.integers(-(2**62), 2**62, 3000))
+    m.insert(ids, np.arange(ids.shape[0], dtype=np.int64) * 3)
+    for _round in range(5):
+        gone = rng.choice(ids, 400, replace=False)
+        assert m.erase(gone) == 400
+        assert m.erase(gone[:10]) == 0  # already gone
+        keep = np.setdiff1d(ids, gone)
+        assert np.all(m.lookup(gone) == -1)
+        # every surviving key still maps to its slot (probe runs were repaired, no tombstones)
+        expect = np.searchsorted(ids, keep) * 3
+        assert np.array_equal(m.lookup(keep), expect)
+        m.insert(gone, np.searchsorted(ids, gone).astype(np.int64) * 3)
+    assert m.size == ids.shape[0] and int((m.vals >= 0).sum()) == ids.shape[0]

@@ -22,16 +22,33 @@ from cosparse.batch import SparseBatch
 from cosparse.config import TableConfig
 from cosparse.nn.pooled_lookup import pooled_lookup
 from cosparse.store.dedup import Deduper, TableIds
+from cosparse.store.planner import CachePlanner
 from cosparse.store.resident import ResidentTable
+from cosparse.store.tiered import TieredTable
+from cosparse.store.types import TableCounters
 
 
 @dataclass
 class PreparedBatch:
-    """A batch plus the ID work of each of its tables."""
+    """A batch plus the ID work of each of its tables, and (once staged) their device slots."""
 
     batch: SparseBatch
     tables: dict[str, TableIds]
     prep_ms: float = 0.0
+    slots: dict[str, np.ndarray] | None = None
+    plan_ms: float = 0.0
+
+
+@dataclass
+class TierPlan:
+    """Where one table's rows live: a bounded device tier over a host tier (and a spill store)."""
+
+    device_rows: int
+    host_rows: int | None = None
+    spill: bool = False
+    device_policy: str = "hotness"
+    host_policy: str = "lfu"
+    decay: float = 0.99
 
 
 @dataclass
@@ -50,17 +67,30 @@ class EmbeddingCollection(nn.Module):
         tables: list[TableConfig],
         device: torch.device | str | None = None,
         budget_bytes: int | None = None,
+        tiers: dict[str, TierPlan] | None = None,
+        lookahead: int = 0,
     ) -> None:
         super().__init__()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.configs = {t.name: t for t in tables}
         share = None
-        if budget_bytes is not None:
+        if budget_bytes is not None and not tiers:
             share = self._budget_shares(tables, budget_bytes)
-        self.tables = {
-            t.name: ResidentTable(t, self.device, None if share is None else share[t.name])
-            for t in tables
-        }
+        tiers = tiers or {}
+        self.tables: dict[str, ResidentTable | TieredTable] = {}
+        for t in tables:
+            tp = tiers.get(t.name)
+            if tp is None:
+                self.tables[t.name] = ResidentTable(
+                    t, self.device, None if share is None else share[t.name]
+                )
+            else:
+                self.tables[t.name] = TieredTable(
+                    t, self.device, tp.device_rows, tp.host_rows, tp.spill, tp.device_policy,
+                    tp.host_policy, tp.decay,
+                )
+        self.planner = CachePlanner(self.tables, lookahead, windowed=bool(tiers))
+        self.budget_bytes = budget_bytes
         self.feature_table = {f: t.name for t in tables for f in t.features}
         self._local = threading.local()  # one set of dedup scratch buffers per thread
         self._pending: list[_Pending] = []
@@ -119,10 +149,28 @@ class EmbeddingCollection(nn.Module):
             out[name] = dedupers[name].prepare(ids, bag_off, cfg.pooling == "mean")
         return PreparedBatch(batch, out, (time.perf_counter() - t0) * 1e3)
 
+    def stage(self, prepared: PreparedBatch, blocking: bool = True) -> PreparedBatch:
+        """Plan a training batch: make its rows resident on the device and pin them.
+
+        Runs in batch order, ahead of training (on the prefetch thread) or inline.
+        """
+        t0 = time.perf_counter()
+        prepared.slots = self.planner.plan(
+            {name: tids.unique for name, tids in prepared.tables.items()}, blocking
+        )
+        prepared.plan_ms = (time.perf_counter() - t0) * 1e3
+        return prepared
+
+    def prepare_and_stage(self, batch: SparseBatch) -> PreparedBatch:
+        return self.stage(self.prepare(batch))
+
     # --- lookup -----------------------------------------------------------------------------
     def forward(self, batch: SparseBatch | PreparedBatch) -> dict[str, torch.Tensor]:
         prepared = batch if isinstance(batch, PreparedBatch) else self.prepare(batch)
+        if self.training and prepared.slots is None:
+            self.stage(prepared, blocking=False)
         self.stage_ms["prep"] += prepared.prep_ms
+        self.stage_ms["plan"] += prepared.plan_ms
         b = prepared.batch.batch_size
         self._pending = []
         result: dict[str, torch.Tensor] = {}
@@ -131,7 +179,7 @@ class EmbeddingCollection(nn.Module):
             table = self.tables[name]
             t0 = time.perf_counter()
             if self.training:
-                slots = table.slots_for(tids.unique)
+                slots = prepared.slots[name]  # type: ignore[index]
                 w, s = table.gather(slots)
             else:
                 w = table.read_rows(tids.unique)
@@ -163,12 +211,32 @@ class EmbeddingCollection(nn.Module):
                 continue
             p.table.apply_gradients(p.weights.detach(), p.state, p.weights.grad, p.slots, self.step)
             p.weights.grad = None
+        if self._pending:
+            self.planner.mark_done()
         self._pending = []
         self.stage_ms["optim"] += (time.perf_counter() - t0) * 1e3
 
     # --- checkpoint -------------------------------------------------------------------------
     def export_rows(self) -> dict[str, dict[str, np.ndarray]]:
-        return {name: t.export() for name, t in self.tables.items()}
+        """Every table's rows (dirty device rows are flushed down first)."""
+        out = {}
+        for name, t in self.tables.items():
+            t.flush()
+            out[name] = t.export()
+        return out
+
+    # --- store metrics ----------------------------------------------------------------------
+    def counters(self) -> dict[str, TableCounters]:
+        return {n: t.counters.copy() for n, t in self.tables.items() if isinstance(t, TieredTable)}
+
+    def hbm_share(self) -> float | None:
+        """Device bytes held by sparse rows / the device budget (or the tiers' capacity)."""
+        tiered = [t for t in self.tables.values() if isinstance(t, TieredTable)]
+        if not tiered:
+            return None
+        held = sum(t.dev.size * t.row_bytes for t in tiered)
+        budget = self.budget_bytes or sum(t.dev.capacity * t.row_bytes for t in tiered)
+        return held / budget
 
     def load_rows(self, rows: dict[str, dict[str, np.ndarray]], step: int) -> None:
         missing = set(self.tables) - set(rows)
@@ -177,3 +245,4 @@ class EmbeddingCollection(nn.Module):
         for name, t in self.tables.items():
             t.load(rows[name])
         self.step = step
+        self.planner.reset(step)

@@ -113,7 +113,8 @@ class DCNv2(RecModel):
 
 def build_model(cfg: Config, num_dense: int, device: torch.device) -> RecModel:
     """The model named by ``cfg.model.kind`` over the tables of ``cfg``."""
-    budget = cfg.store.device.budget_bytes
+    # with tiers the trainer swaps in a tiered collection once it has sized the tiers
+    budget = None if cfg.store.tiered else cfg.store.device.budget_bytes
     ec = EmbeddingCollection(cfg.tables, device=device, budget_bytes=budget)  # type: ignore[arg-type]
     m = cfg.model
     if m.kind == "dlrm":

@@ -54,6 +54,18 @@ class IdMap:
         self.size = int(nxt)
         return slots, first_new
 
+    def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
+        """Insert absent, unique ``ids`` with the given ``slots``."""
+        self._reserve(ids.shape[0])
+        kernels.map_insert(self.keys, self.vals, np.ascontiguousarray(ids, dtype=np.int64), slots)
+        self.size += int(ids.shape[0])
+
+    def erase(self, ids: np.ndarray) -> int:
+        """Remove ``ids`` (backward-shift deletion, no tombstones); returns how many were present."""
+        n = int(kernels.map_erase(self.keys, self.vals, np.ascontiguousarray(ids, dtype=np.int64)))
+        self.size -= n
+        return n
+
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Slots of ``ids``, -1 where absent."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)

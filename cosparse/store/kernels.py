@@ -195,3 +195,135 @@ def init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value):
                 slab[r, c] = np.float32(a * z)
         for c in range(dim, width):
             slab[r, c] = state_value
+
+
+@numba.njit(cache=True, nogil=True)
+def map_insert(keys, vals, ids, slots):
+    """Insert absent ids with the given slots (the caller guarantees absence and room)."""
+    mask = np.uint64(keys.shape[0] - 1)
+    for i in range(ids.shape[0]):
+        k = ids[i]
+        b = _bucket(k, mask)
+        while vals[b] != _EMPTY:
+            b = (b + 1) & np.int64(mask)
+        keys[b] = k
+        vals[b] = slots[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def map_erase(keys, vals, ids):
+    """Erase ids by backward-shift deletion (no tombstones). Returns the number erased."""
+    n_cap = keys.shape[0]
+    mask = np.uint64(n_cap - 1)
+    erased = 0
+    for i in range(ids.shape[0]):
+        k = ids[i]
+        b = _bucket(k, mask)
+        while True:
+            if vals[b] == _EMPTY:
+                break
+            if keys[b] == k:
+                # shift later members of the probe run back into the hole
+                hole = b
+                j = (b + 1) & np.int64(mask)
+                while vals[j] != _EMPTY:
+                    home = _bucket(keys[j], mask)
+                    # move j into hole if its home is not cyclically in (hole, j]
+                    if ((j - home) & np.int64(mask)) >= ((j - hole) & np.int64(mask)):
+                        keys[hole] = keys[j]
+                        vals[hole] = vals[j]
+                        hole = j
+                    j = (j + 1) & np.int64(mask)
+                vals[hole] = _EMPTY
+                erased += 1
+                break
+            b = (b + 1) & np.int64(mask)
+    return erased
+
+
+# --- tier metadata: hotness, recency, pins ------------------------------------------------------
+POLICY_LRU = 0
+POLICY_LFU = 1
+POLICY_HOTNESS = 2
+
+
+@numba.njit(cache=True, nogil=True)
+def touch(slots, counts, last, now, log_decay):
+    """Record an access at step ``now``: counts (decayed when log_decay < 0) and last access."""
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        if log_decay < 0.0:
+            counts[s] = np.float32(counts[s] * np.exp(log_decay * (now - last[s])) + 1.0)
+        else:
+            counts[s] += np.float32(1.0)
+        last[s] = now
+
+
+@numba.njit(cache=True, nogil=True)
+def _score(policy, count, last, now, log_decay):
+    if policy == POLICY_LRU:
+        return np.float64(last)
+    if policy == POLICY_LFU:
+        return np.float64(count)
+    # hotness: log of the decayed count (monotone in the decayed count)
+    return np.log(np.float64(count) + 1e-30) + log_decay * (now - last)
+
+
+@numba.njit(cache=True, nogil=True)
+def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n, out):
+    """Pick ``n`` unpinned occupied slots with the lowest policy score by a CLOCK-style sweep.
+
+    A strided sample of scores sets a threshold; one sweep from ``hand`` collects unpinned slots
+    under it (a second sweep takes any unpinned slot if too few); the candidates are then ordered
+    by (score, sweep position) and the first ``n`` taken. Deterministic. Returns
+    (victims found, new hand); fewer than ``n`` means too many slots are pinned.
+    """
+    cap = occupied.shape[0]
+    if n <= 0 or cap == 0:
+        return 0, hand
+    # sample for the threshold
+    n_sample = min(cap, 512)
+    stride = max(1, cap // n_sample)
+    sample = np.empty(n_sample, dtype=np.float64)
+    ns = 0
+    for i in range(n_sample):
+        s = (hand + i * stride) % cap
+        if occupied[s] and pins[s] == 0:
+            sample[ns] = _score(policy, counts[s], last[s], now, log_decay)
+            ns += 1
+    thr = np.inf
+    if ns > 0:
+        sample = np.sort(sample[:ns])
+        frac = min(1.0, 2.0 * n / cap + 8.0 / ns)
+        thr = sample[min(ns - 1, int(frac * ns))]
+    cand = np.empty(cap, dtype=np.int64)
+    cscore = np.empty(cap, dtype=np.float64)
+    nc = 0
+    for rnd in range(2):
+        if rnd == 1:
+            if nc >= n:
+                break
+            thr = np.inf
+            nc = 0
+        for i in range(cap):
+            s = (hand + i) % cap
+            if occupied[s] and pins[s] == 0:
+                sc = _score(policy, counts[s], last[s], now, log_decay)
+                if sc <= thr:
+                    cand[nc] = s
+                    cscore[nc] = sc
+                    nc += 1
+    order = np.argsort(cscore[:nc], kind="mergesort")
+    found = min(n, nc)
+    for i in range(found):
+        out[i] = cand[order[i]]
+    new_hand = hand
+    if found > 0:
+        new_hand = (out[found - 1] + 1) % cap
+    return found, new_hand
+
+
+@numba.njit(cache=True, nogil=True)
+def add_pins(slots, pins, delta):
+    for i in range(slots.shape[0]):
+        pins[slots[i]] += delta

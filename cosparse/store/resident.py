@@ -15,11 +15,82 @@ from cosparse.store.hashmap import IdMap
 _INIT_KIND = {"uniform": 0, "normal": 1}
 
 
+def initial_rows(cfg: TableConfig, width: int, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Fresh rows+state for ``ids``: a pure function of (table seed, ID), wherever it is called."""
+    init = cfg.init
+    a, b = (init.low, init.high) if init.kind == "uniform" else (init.std, 0.0)
+    if out is None:
+        out = np.empty((ids.shape[0], width), dtype=np.float32)
+    state0 = SparseOptimizer(cfg.optimizer).initial_state
+    kernels.init_rows(
+        out, np.arange(ids.shape[0]), ids, cfg.seed, cfg.dim, _INIT_KIND[init.kind], a, b, state0
+    )
+    return out
+
+
+class SlabRows:
+    """Gather and optimizer update through a device slab: shared by every table placement."""
+
+    dim: int
+    width: int
+    device: torch.device
+    optimizer: SparseOptimizer
+    _w_buf: torch.Tensor
+    _s_buf: torch.Tensor
+
+    @property
+    def slab_array(self) -> np.ndarray | None:
+        """The device slab as a numpy array (CPU), or None on CUDA."""
+        raise NotImplementedError
+
+    @property
+    def slab(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def gather(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows and state of ``slots`` into reused compact buffers (views [U, dim], [U, sw])."""
+        u = slots.shape[0]
+        if self._w_buf.shape[0] < u:
+            cap = max(u, int(self._w_buf.shape[0] * 1.5))
+            self._w_buf = torch.empty(cap, self.dim, device=self.device)
+            self._s_buf = torch.empty(cap, self.width - self.dim, device=self.device)
+        w, s = self._w_buf[:u], self._s_buf[:u]
+        arr = self.slab_array
+        if arr is not None:
+            kernels.gather_rows(arr, slots, self.dim, w.numpy(), s.numpy())
+        else:
+            rows = self.slab.index_select(0, torch.from_numpy(slots).to(self.device))
+            w.copy_(rows[:, : self.dim])
+            s.copy_(rows[:, self.dim :])
+        return w, s
+
+    def apply_gradients(
+        self, w: torch.Tensor, s: torch.Tensor, g: torch.Tensor, slots: np.ndarray, step: int
+    ) -> None:
+        """Optimizer update of the gathered rows, written straight back into the slab."""
+        arr = self.slab_array
+        if arr is not None:
+            self.optimizer.update(w.numpy(), s.numpy(), g.contiguous().numpy(), step, arr, slots)
+        else:
+            dev_slots = torch.from_numpy(slots).to(self.device)
+            self.optimizer.update(w, s, g, step, self.slab, dev_slots)
+
+    # planning hooks: an all-resident table needs no pins
+    def release(self, seq: int) -> None:
+        pass
+
+    def release_all(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
 class BudgetExceeded(RuntimeError):
     """The table would outgrow its share of the configured device budget."""
 
 
-class ResidentTable:
+class ResidentTable(SlabRows):
     """All rows of a table on one device (a numpy slab on CPU, a torch tensor on CUDA)."""
 
     def __init__(
@@ -96,15 +167,7 @@ class ResidentTable:
 
     def initial_rows(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Fresh rows+state for ``ids``: a pure function of (table seed, ID)."""
-        init = self.cfg.init
-        a, b = (init.low, init.high) if init.kind == "uniform" else (init.std, 0.0)
-        if out is None:
-            out = np.empty((ids.shape[0], self.width), dtype=np.float32)
-        kernels.init_rows(
-            out, np.arange(ids.shape[0]), ids, self.cfg.seed, self.dim, _INIT_KIND[init.kind],
-            a, b, self.optimizer.initial_state,
-        )
-        return out
+        return initial_rows(self.cfg, self.width, ids, out)
 
     def _init_rows(self, slots: np.ndarray, ids: np.ndarray) -> None:
         if self._slab_np is not None and slots.shape[0] and slots[-1] - slots[0] + 1 == len(slots):
@@ -130,34 +193,20 @@ class ResidentTable:
             out[torch.from_numpy(~found).to(self.device)] = torch.from_numpy(fresh).to(self.device)
         return out
 
-    # --- rows -----------------------------------------------------------------------------
-    def gather(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows and state of ``slots`` into reused compact buffers (views [U, dim], [U, sw])."""
-        u = slots.shape[0]
-        if self._w_buf.shape[0] < u:
-            cap = max(u, int(self._w_buf.shape[0] * 1.5))
-            self._w_buf = torch.empty(cap, self.dim, device=self.device)
-            self._s_buf = torch.empty(cap, self.width - self.dim, device=self.device)
-        w, s = self._w_buf[:u], self._s_buf[:u]
-        if self._slab_np is not None:
-            kernels.gather_rows(self._slab_np, slots, self.dim, w.numpy(), s.numpy())
-        else:
-            rows = self.slab.index_select(0, torch.from_numpy(slots).to(self.device))
-            w.copy_(rows[:, : self.dim])
-            s.copy_(rows[:, self.dim :])
-        return w, s
+    @property
+    def slab_array(self) -> np.ndarray | None:
+        return self._slab_np
 
-    def apply_gradients(
-        self, w: torch.Tensor, s: torch.Tensor, g: torch.Tensor, slots: np.ndarray, step: int
-    ) -> None:
-        """Optimizer update of the gathered rows, written straight back into the slab."""
-        if self._slab_np is not None:
-            self.optimizer.update(
-                w.numpy(), s.numpy(), g.contiguous().numpy(), step, self._slab_np, slots
-            )
-        else:
-            dev_slots = torch.from_numpy(slots).to(self.device)
-            self.optimizer.update(w, s, g, step, self.slab, dev_slots)
+    @property
+    def slab(self) -> torch.Tensor:
+        return self._slab
+
+    @slab.setter
+    def slab(self, value: torch.Tensor) -> None:
+        self._slab = value
+
+    def plan(self, unique: np.ndarray, seq: int, shrink: object = None) -> np.ndarray:
+        return self.slots_for(unique)
 
     # --- checkpoint -----------------------------------------------------------------------
     def export(self) -> dict[str, np.ndarray]:

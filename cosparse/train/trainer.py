@@ -5,6 +5,7 @@ steps), evaluation, progress, metrics and checkpoints.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,12 +18,13 @@ from tqdm import tqdm
 
 from cosparse.config import Config, ConfigError
 from cosparse.data import BatchStream, make_reader
-from cosparse.nn.embedding import PreparedBatch
+from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
 from cosparse.nn.models import build_model
 from cosparse.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from cosparse.train.evaluate import log_loss, roc_auc
 from cosparse.train.metrics import IntervalStats, MetricsSink
 from cosparse.train.prefetch import Prefetcher
+from cosparse.train.sizing import SizingReport, describe, measure_dense_bytes, size_tiers
 
 
 def pick_device(name: str) -> torch.device:
@@ -64,12 +66,32 @@ class Trainer:
                         f"'{cfg.data.reader}' (it has {', '.join(self.train_reader.keys)})"
                     )
         self.model = build_model(cfg, self.train_reader.num_dense, self.device)
+        self.sizing: SizingReport | None = None
+        if cfg.store.tiered:
+            self._install_tiers()
         self.ec = self.model.ec
         self.dense_opt = make_dense_optimizer(cfg, list(self.model.parameters()))
         self.state = TrainState(step=0, epoch=0, batch_in_epoch=0)
         self.sink = MetricsSink(cfg.train.metrics_json, cfg.train.tensorboard_dir)
         self.losses: list[float] = []
         self.bad_records = 0
+
+    def _install_tiers(self) -> None:
+        """Dense first, sparse the rest: size the tiers from a dry run and the first batches."""
+        cfg = self.cfg
+        tasks = self.train_reader.tasks()
+        probe = [self.train_reader.build(t) for t in itertools.islice(tasks, cfg.store.probe_batches)]
+        if hasattr(tasks, "close"):
+            tasks.close()
+        dense = 0
+        if cfg.store.device.budget_bytes is not None:
+            dense = measure_dense_bytes(self.model, probe[0], cfg.model.dense_optimizer.kind)
+        self.sizing = size_tiers(cfg, probe, dense)
+        self.model.ec = EmbeddingCollection(
+            cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
+            tiers=self.sizing.plans, lookahead=cfg.supply.lookahead,
+        )
+        self.log(describe(self.sizing))
 
     # --- checkpoints --------------------------------------------------------------------------
     def save(self) -> None:
@@ -123,6 +145,7 @@ class Trainer:
             "backward": (t2 - t1) * 1e3,
             "optim": (t3 - t2) * 1e3,
             "prep": prepared.prep_ms,
+            "plan": prepared.plan_ms,
         }
         return float(loss.detach())
 
@@ -130,6 +153,8 @@ class Trainer:
         total = steps if steps is not None else self.cfg.train.steps
         cfg = self.cfg
         stats = IntervalStats()
+        self._counters_at_log = self.ec.counters()
+        self._shrinks_at_log = self.ec.planner.shrinks
         bar = tqdm(
             total=total, initial=self.state.step, disable=not cfg.train.progress, unit="step",
             dynamic_ncols=True,
@@ -141,7 +166,7 @@ class Trainer:
                     self.train_reader, cfg.data.workers, cfg.data.queue_depth,
                     start_batch=self.state.batch_in_epoch,
                 )
-                prefetch = Prefetcher(stream, self.ec.prepare, cfg.supply.lookahead)
+                prefetch = Prefetcher(stream, self.ec.prepare_and_stage, cfg.supply.lookahead)
                 try:
                     for prepared in prefetch:
                         t0 = time.perf_counter()
@@ -169,8 +194,10 @@ class Trainer:
                         self.state.epoch += 1
                         self.state.batch_in_epoch = 0
                 finally:
+                    self.ec.planner.cancel()
                     prefetch.close()
                     stream.close()
+                    self.ec.planner.reset(self.state.step)
         finally:
             bar.close()
         if stats.steps:
@@ -185,6 +212,7 @@ class Trainer:
         rec["bad_records"] = self.bad_records
         for name, n in self.ec.unique_ids.items():
             rec[f"unique_ids.{name}"] = n
+        rec.update(self._store_metrics())
         self.sink.write(rec)
         if bar is not None:
             bar.set_postfix(loss=f"{rec['loss']:.4f}", samples_s=f"{rec['samples_per_s']:,.0f}")
@@ -195,6 +223,33 @@ class Trainer:
                 )
         stats.reset()
         return rec
+
+    def _store_metrics(self) -> dict[str, float]:
+        """Tier figures since the last log point, from the tables' runtime counters."""
+        now = self.ec.counters()
+        if not now:
+            return {}
+        out: dict[str, float] = {}
+        totals: dict[str, int] = {}
+        for name, c in now.items():
+            d = c.minus(self._counters_at_log[name])
+            for k, v in d.items():
+                totals[k] = totals.get(k, 0) + v
+            if d["lookups"]:
+                out[f"hit_rate.device.{name}"] = d["device_hits"] / d["lookups"]
+                out[f"hit_rate.host.{name}"] = d["host_hits"] / d["lookups"]
+        if totals["lookups"]:
+            out["hit_rate.device"] = totals["device_hits"] / totals["lookups"]
+            out["hit_rate.host"] = totals["host_hits"] / totals["lookups"]
+        out["bytes.host_device"] = totals["bytes_host_device"]
+        out["bytes.device_host"] = totals["bytes_device_host"]
+        out["evictions.device"] = totals["evictions_device"]
+        out["evictions.host"] = totals["evictions_host"]
+        out["lookahead_shrinks"] = self.ec.planner.shrinks - self._shrinks_at_log
+        out["hbm_share"] = self.ec.hbm_share() or 0.0
+        self._counters_at_log = now
+        self._shrinks_at_log = self.ec.planner.shrinks
+        return out
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

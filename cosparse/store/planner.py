@@ -1,0 +1,99 @@
+"""CachePlanner: plans batches in order, ``lookahead`` batches ahead of the trainer.
+
+Planning batch p makes its rows resident on the device and pins them. The rows of batches
+p-k .. p (the window) stay pinned, so a row fetched ahead can never be evicted before its batch
+trains. Before planning p the planner waits until batch p-k-1 has trained and releases its pins:
+the release points depend only on the data, so planning is deterministic. When the pinned window
+leaves no room, the planner waits for the oldest batch in flight, releases it and retries (a
+*lookahead shrink*, counted); the run goes on, only slower.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Protocol
+
+import numpy as np
+
+
+class PlannedTable(Protocol):
+    def plan(self, unique: np.ndarray, seq: int, shrink) -> np.ndarray: ...
+    def release(self, seq: int) -> None: ...
+    def release_all(self) -> None: ...
+
+
+class PlannerCancelled(Exception):
+    """The trainer stopped while the planner waited for it."""
+
+
+class CachePlanner:
+    def __init__(self, tables: Mapping[str, PlannedTable], lookahead: int, windowed: bool = True):
+        self.tables = tables
+        # all-resident tables pin nothing, so their batches need not wait for each other
+        self.lookahead = lookahead if windowed else 1 << 62
+        self._cond = threading.Condition()
+        self._done = 0  # batches trained (their optimizer step applied)
+        self._next = 0  # sequence number of the next batch to plan
+        self._released = 0  # batches whose pins are released
+        self._cancelled = False
+        self.shrinks = 0
+
+    def reset(self, seq: int) -> None:
+        """Forget batches in flight (after a stop) and continue from batch ``seq``."""
+        for t in self.tables.values():
+            t.release_all()
+        with self._cond:
+            self._done = self._next = self._released = seq
+            self._cancelled = False
+
+    def cancel(self) -> None:
+        with self._cond:
+            self._cancelled = True
+            self._cond.notify_all()
+
+    def mark_done(self) -> None:
+        """The trainer finished the oldest batch in flight."""
+        with self._cond:
+            self._done += 1
+            self._cond.notify_all()
+
+    def _wait_done(self, n: int, blocking: bool) -> None:
+        with self._cond:
+            while self._done < n:
+                if not blocking:
+                    raise RuntimeError(
+                        "planning a training batch before the previous one applied its gradients "
+                        "(call apply_gradients() after backward)"
+                    )
+                if self._cancelled:
+                    raise PlannerCancelled()
+                self._cond.wait(timeout=0.1)
+
+    def _release_through(self, n: int) -> None:
+        while self._released < n:
+            for t in self.tables.values():
+                t.release(self._released)
+            self._released += 1
+
+    def plan(self, uniques: Mapping[str, np.ndarray], blocking: bool = True) -> dict[str, np.ndarray]:
+        """Device slots for each table's unique IDs of the next batch.
+
+        ``blocking=False`` (planning inline, on the trainer's thread) raises instead of waiting.
+        """
+        p = self._next
+        first = max(0, p - self.lookahead)
+        self._wait_done(first, blocking)
+        self._release_through(first)
+
+        def shrink() -> bool:
+            if self._released >= p:
+                return False
+            self._wait_done(self._released + 1, blocking)
+            self._release_through(self._released + 1)
+            self.shrinks += 1
+            return True
+
+        out = {name: self.tables[name].plan(u, p, shrink) for name, u in uniques.items()}
+        self._next += 1
+        return out

@@ -1,0 +1,148 @@
+"""Tier: one level of a table's rows (device, host or a backing store).
+
+A slab of rows with their optimizer state side by side, its own ID->slot map, and per-slot
+metadata: the ID held, occupancy, a dirty bit (the tier below has no identical copy), a pin count
+(rows a batch in the lookahead window needs) and the hotness/recency figures eviction uses.
+Bounded tiers have a fixed number of slots; unbounded ones grow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cosparse.store import kernels
+from cosparse.store.hashmap import IdMap
+
+POLICIES = {"lru": kernels.POLICY_LRU, "lfu": kernels.POLICY_LFU, "hotness": kernels.POLICY_HOTNESS}
+
+
+class Tier:
+    """Rows of one table at one level. ``capacity=None`` means unbounded (grows on demand)."""
+
+    def __init__(
+        self,
+        name: str,
+        capacity: int | None,
+        width: int,
+        device: torch.device,
+        policy: str = "hotness",
+        decay: float = 0.99,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown eviction policy '{policy}' (use {', '.join(POLICIES)})")
+        self.name = name
+        self.bounded = capacity is not None
+        self.width = width
+        self.device = device
+        self.policy = POLICIES[policy]
+        self.policy_name = policy
+        self.log_decay = float(np.log(decay)) if policy == "hotness" else 0.0
+        self.hand = 0
+        self.map = IdMap(expected=capacity or 1024)
+        self._alloc(capacity or 1024)
+
+    def _alloc(self, cap: int) -> None:
+        self.slot_ids = np.zeros(cap, dtype=np.int64)
+        self.occupied = np.zeros(cap, dtype=np.bool_)
+        self.dirty = np.zeros(cap, dtype=np.bool_)
+        self.pins = np.zeros(cap, dtype=np.int32)
+        self.counts = np.zeros(cap, dtype=np.float32)
+        self.last = np.zeros(cap, dtype=np.int64)
+        self.free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pops 0, 1, 2, ...
+        self.n_free = cap
+        if self.device.type == "cpu":
+            self.slab_np: np.ndarray | None = np.zeros((cap, self.width), dtype=np.float32)
+            self.slab = torch.from_numpy(self.slab_np)
+        else:
+            self.slab_np = None
+            self.slab = torch.zeros(cap, self.width, dtype=torch.float32, device=self.device)
+
+    @property
+    def capacity(self) -> int:
+        return int(self.occupied.shape[0])
+
+    @property
+    def size(self) -> int:
+        return self.capacity - self.n_free
+
+    def _grow(self, need: int) -> None:
+        old_cap = self.capacity
+        cap = max(2 * old_cap, old_cap + need)
+        arrays = (self.slot_ids, self.occupied, self.dirty, self.pins, self.counts, self.last)
+        old_slab, old_free = self.slab, self.free[: self.n_free].copy()
+        self._alloc(cap)
+        for new, old in zip(
+            (self.slot_ids, self.occupied, self.dirty, self.pins, self.counts, self.last),
+            arrays, strict=True,
+        ):
+            new[:old_cap] = old
+        self.slab[:old_cap] = old_slab
+        self.free = np.concatenate([np.arange(cap - 1, old_cap - 1, -1, dtype=np.int64), old_free])
+        self.n_free = self.free.shape[0]
+
+    # --- lookups and slot management ----------------------------------------------------------
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        return self.map.lookup(ids)
+
+    def alloc(self, n: int) -> np.ndarray:
+        """Take ``n`` free slots (growing an unbounded tier)."""
+        if n > self.n_free:
+            if self.bounded:
+                raise RuntimeError(f"{self.name} tier: {n} slots asked, {self.n_free} free")
+            self._grow(n - self.n_free)
+        slots = self.free[self.n_free - n : self.n_free][::-1].copy()
+        self.n_free -= n
+        return slots
+
+    def put(
+        self, ids: np.ndarray, slots: np.ndarray, rows: np.ndarray | torch.Tensor,
+        counts: np.ndarray, last: np.ndarray, dirty: np.ndarray | bool,
+    ) -> None:
+        """Place absent ``ids`` with their rows and metadata into allocated ``slots``."""
+        self.map.insert(ids, slots)
+        self.slot_ids[slots] = ids
+        self.occupied[slots] = True
+        self.dirty[slots] = dirty
+        self.pins[slots] = 0
+        self.counts[slots] = counts
+        self.last[slots] = last
+        self.write(slots, rows)
+
+    def remove(self, slots: np.ndarray) -> None:
+        """Free ``slots`` and forget their IDs."""
+        self.map.erase(self.slot_ids[slots])
+        self.occupied[slots] = False
+        self.dirty[slots] = False
+        self.free[self.n_free : self.n_free + slots.shape[0]] = slots[::-1]
+        self.n_free += slots.shape[0]
+
+    # --- rows ---------------------------------------------------------------------------------
+    def read(self, slots: np.ndarray) -> np.ndarray:
+        """Copy of the rows (and state) at ``slots`` as a host array."""
+        if self.slab_np is not None:
+            return self.slab_np[slots]
+        return self.slab.index_select(0, torch.from_numpy(slots).to(self.device)).cpu().numpy()
+
+    def write(self, slots: np.ndarray, rows: np.ndarray | torch.Tensor) -> None:
+        if self.slab_np is not None:
+            self.slab_np[slots] = rows
+        else:
+            src = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
+            self.slab[torch.from_numpy(slots).to(self.device)] = src.to(self.device)
+
+    # --- eviction -----------------------------------------------------------------------------
+    def victims(self, n: int, now: int) -> np.ndarray:
+        """Up to ``n`` unpinned slots with the lowest policy score (CLOCK-style sweep in numba)."""
+        out = np.empty(max(n, 0), dtype=np.int64)
+        found, self.hand = kernels.select_victims(
+            self.policy, self.occupied, self.pins, self.counts, self.last, now, self.log_decay,
+            self.hand, n, out,
+        )
+        return out[:found]
+
+    def touch(self, slots: np.ndarray, now: int) -> None:
+        kernels.touch(slots, self.counts, self.last, now, self.log_decay)
+
+    def occupied_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.occupied)

@@ -1,0 +1,333 @@
+"""TieredTable: one table's rows across a bounded device tier, a host tier and an optional
+in-process backing store (where the remote PS will go), with exact write-back.
+
+A row has one authoritative copy: the topmost tier that holds it. A lower copy may exist as a
+shadow; a row's dirty bit says the tier below has no identical copy, so a clean victim is simply
+dropped and a dirty one is written down. Every move copies bytes and is counted. The optimizer
+updates rows in place in the device tier with the same kernels as the all-resident table, so
+results are bit-identical to it whatever the capacities, policies and lookahead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from cosparse.config import TableConfig
+from cosparse.optim import SparseOptimizer
+from cosparse.store import kernels
+from cosparse.store.resident import SlabRows, initial_rows
+from cosparse.store.tier import Tier
+from cosparse.store.types import CapacityError, TableCounters
+
+
+class TieredTable(SlabRows):
+    """Device tier (bounded) over a host tier (bounded or not) over an optional backing store."""
+
+    def __init__(
+        self,
+        cfg: TableConfig,
+        device: torch.device,
+        device_rows: int,
+        host_rows: int | None,
+        spill: bool,
+        device_policy: str = "hotness",
+        host_policy: str = "lfu",
+        decay: float = 0.99,
+    ) -> None:
+        if host_rows is not None and not spill and host_rows <= 0:
+            raise CapacityError(f"table '{cfg.name}': store.host needs rows")
+        self.cfg = cfg
+        self.device = device
+        self.optimizer = SparseOptimizer(cfg.optimizer)
+        self.dim = cfg.dim
+        self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
+        self.row_bytes = 4 * self.width
+        self.dev = Tier("device", device_rows, self.width, device, device_policy, decay)
+        self.host = Tier("host", host_rows, self.width, torch.device("cpu"), host_policy, decay)
+        self.backing = (
+            Tier("backing", None, self.width, torch.device("cpu"), "lfu") if spill else None
+        )
+        self.counters = TableCounters()
+        self.lock = threading.RLock()
+        self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned
+        self._w_buf = torch.empty(0, self.dim, device=device)
+        self._s_buf = torch.empty(0, self.width - self.dim, device=device)
+
+    # --- the same ID and row interface as ResidentTable ---------------------------------------
+    def map_ids(self, ids: np.ndarray) -> np.ndarray:
+        if self.cfg.hash_size is not None:
+            return np.remainder(ids, self.cfg.hash_size)
+        return ids
+
+    @property
+    def num_rows(self) -> int:
+        return self.export()["ids"].shape[0]
+
+    def initial_rows(self, ids: np.ndarray) -> np.ndarray:
+        return initial_rows(self.cfg, self.width, ids)
+
+    @property
+    def slab_array(self) -> np.ndarray | None:
+        return self.dev.slab_np
+
+    @property
+    def slab(self) -> torch.Tensor:
+        return self.dev.slab
+
+    # --- planning one batch -------------------------------------------------------------------
+    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool]) -> np.ndarray:
+        """Make every row of ``unique`` resident on the device and pin it for batch ``seq``.
+
+        Hits stay; misses come from the host, the backing store or their initial value; room is
+        made by evicting unpinned device rows (dirty ones are written down). When the pinned
+        window leaves too little room, ``shrink()`` retires the oldest in-flight batch (False
+        when there is none left: the device cannot hold this batch).
+        """
+        with self.lock:
+            dev, c = self.dev, self.counters
+            slots = dev.lookup(unique)
+            hit = slots >= 0
+            kernels.add_pins(slots[hit], dev.pins, 1)
+            miss_ids = unique[~hit]
+            n_miss = miss_ids.shape[0]
+            c.lookups += unique.shape[0]
+            c.device_hits += int(hit.sum())
+            while n_miss > dev.n_free:
+                victims = dev.victims(n_miss - dev.n_free, seq)
+                if victims.shape[0]:
+                    self._evict_device(victims, seq)
+                elif not shrink():
+                    kernels.add_pins(slots[hit], dev.pins, -1)
+                    raise CapacityError(
+                        f"table '{self.cfg.name}': the device tier holds {dev.capacity} rows but "
+                        f"one batch needs {unique.shape[0]} unique rows (store.device is too small)"
+                    )
+            if n_miss:
+                new_slots = dev.alloc(n_miss)
+                rows, counts, last, dirty = self._fetch(miss_ids)
+                dev.put(miss_ids, new_slots, rows, counts, last, dirty)
+                c.bytes_host_device += rows.nbytes
+                slots[~hit] = new_slots
+                kernels.add_pins(new_slots, dev.pins, 1)
+            dev.touch(slots, seq)
+            dev.dirty[slots] = True  # the batch will train these rows
+            self._pinned[seq] = slots
+            return slots
+
+    def _fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rows for device misses, from the host, the backing store or their initial value."""
+        c = self.counters
+        n = ids.shape[0]
+        rows = np.empty((n, self.width), dtype=np.float32)
+        counts = np.zeros(n, dtype=np.float32)
+        last = np.zeros(n, dtype=np.int64)
+        dirty = np.ones(n, dtype=np.bool_)
+        hs = self.host.lookup(ids)
+        in_host = hs >= 0
+        if in_host.any():
+            h = hs[in_host]
+            rows[in_host] = self.host.read(h)
+            counts[in_host] = self.host.counts[h]
+            last[in_host] = self.host.last[h]
+            dirty[in_host] = False  # the host keeps an identical shadow copy
+            c.host_hits += int(in_host.sum())
+        rest = np.flatnonzero(~in_host)
+        if rest.shape[0] and self.backing is not None:
+            bs = self.backing.lookup(ids[rest])
+            in_b = bs >= 0
+            if in_b.any():
+                rows[rest[in_b]] = self.backing.read(bs[in_b])
+                counts[rest[in_b]] = self.backing.counts[bs[in_b]]
+                c.backing_hits += int(in_b.sum())
+                c.bytes_backing_device += int(in_b.sum()) * self.row_bytes
+            rest = rest[~in_b]
+        if rest.shape[0]:
+            rows[rest] = self.initial_rows(ids[rest])
+            c.fresh_rows += rest.shape[0]
+        return rows, counts, last, dirty
+
+    def _evict_device(self, victims: np.ndarray, seq: int) -> None:
+        dev, c = self.dev, self.counters
+        ids = dev.slot_ids[victims]
+        dirty = dev.dirty[victims]
+        hs = self.host.lookup(ids)
+        clean = ~dirty
+        shadows = hs[clean]  # the host's identical copies of the clean victims
+        if clean.any():  # keep the hotness history with them
+            self.host.counts[shadows] = dev.counts[victims[clean]]
+            self.host.last[shadows] = dev.last[victims[clean]]
+        if dirty.any():
+            d = victims[dirty]
+            rows = dev.read(d)
+            c.bytes_device_host += rows.nbytes
+            c.writebacks_device += d.shape[0]
+            # the shadows must survive the room the host makes for the dirty rows
+            kernels.add_pins(shadows, self.host.pins, 1)
+            try:
+                self._host_put(ids[dirty], hs[dirty], rows, dev.counts[d], dev.last[d], seq)
+            finally:
+                kernels.add_pins(shadows, self.host.pins, -1)
+        dev.remove(victims)
+        c.evictions_device += victims.shape[0]
+
+    def _host_put(
+        self, ids: np.ndarray, hs: np.ndarray, rows: np.ndarray, counts: np.ndarray,
+        last: np.ndarray, seq: int,
+    ) -> None:
+        """Write rows down to the host: overwrite shadow copies, insert the others."""
+        host = self.host
+        present = hs >= 0
+        p = hs[present]
+        if p.shape[0]:
+            host.write(p, rows[present])
+            host.counts[p] = counts[present]
+            host.last[p] = last[present]
+            host.dirty[p] = True
+        new = np.flatnonzero(~present)
+        if not new.shape[0]:
+            return
+        kernels.add_pins(p, host.pins, 1)  # rows just written down must not be the victims
+        try:
+            while host.bounded and new.shape[0] > host.n_free:
+                victims = host.victims(new.shape[0] - host.n_free, seq)
+                if not victims.shape[0]:
+                    raise CapacityError(
+                        f"table '{self.cfg.name}': the host tier ({host.capacity} rows) has no "
+                        "room for the device's write-back (store.host is too small)"
+                    )
+                self._evict_host(victims)
+        finally:
+            kernels.add_pins(p, host.pins, -1)
+        slots = host.alloc(new.shape[0])
+        host.put(ids[new], slots, rows[new], counts[new], last[new], True)
+
+    def _evict_host(self, victims: np.ndarray) -> None:
+        host, c = self.host, self.counters
+        ids = host.slot_ids[victims]
+        ds = self.dev.lookup(ids)
+        on_dev = ds >= 0
+        self.dev.dirty[ds[on_dev]] = True  # its shadow is gone: the device copy is the only one
+        down = ~on_dev & host.dirty[victims]
+        if down.any():
+            if self.backing is None:
+                raise CapacityError(
+                    f"table '{self.cfg.name}': the host tier ({host.capacity} rows) is full and "
+                    "there is no tier below it (set store.host.spill: true or a larger store.host)"
+                )
+            self._backing_put(ids[down], host.read(victims[down]), host.counts[victims[down]])
+        host.remove(victims)
+        c.evictions_host += victims.shape[0]
+
+    def _backing_put(self, ids: np.ndarray, rows: np.ndarray, counts: np.ndarray) -> None:
+        b = self.backing
+        assert b is not None
+        self.counters.bytes_host_backing += rows.nbytes
+        bs = b.lookup(ids)
+        present = bs >= 0
+        if present.any():
+            b.write(bs[present], rows[present])
+            b.counts[bs[present]] = counts[present]
+        new = np.flatnonzero(~present)
+        if new.shape[0]:
+            slots = b.alloc(new.shape[0])
+            b.put(ids[new], slots, rows[new], counts[new], np.zeros(new.shape[0], np.int64), False)
+
+    def release(self, seq: int) -> None:
+        """Unpin the rows of batch ``seq`` (it has trained)."""
+        with self.lock:
+            slots = self._pinned.pop(seq, None)
+            if slots is not None:
+                kernels.add_pins(slots, self.dev.pins, -1)
+
+    def release_all(self) -> None:
+        with self.lock:
+            for seq in sorted(self._pinned):
+                self.release(seq)
+
+    def flush_and_export(self) -> dict[str, np.ndarray]:
+        with self.lock:
+            self.flush()
+            return self.export()
+
+    # --- reads that change nothing: evaluation --------------------------------------------------
+    def read_rows(self, unique: np.ndarray) -> torch.Tensor:
+        """Rows of ``unique`` from the topmost tier holding them, else their initial value."""
+        with self.lock:
+            rows = self._lookup_all(unique)
+        return torch.from_numpy(rows[:, : self.dim]).to(self.device)
+
+    def _lookup_all(self, ids: np.ndarray) -> np.ndarray:
+        rows = np.empty((ids.shape[0], self.width), dtype=np.float32)
+        todo = np.arange(ids.shape[0])
+        for tier in (self.dev, self.host, self.backing):
+            if tier is None or not todo.shape[0]:
+                continue
+            s = tier.lookup(ids[todo])
+            found = s >= 0
+            if found.any():
+                rows[todo[found]] = tier.read(s[found])
+            todo = todo[~found]
+        if todo.shape[0]:
+            rows[todo] = self.initial_rows(ids[todo])
+        return rows
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write every dirty, unpinned device row down so the tiers below hold current values."""
+        with self.lock:
+            dev = self.dev
+            d = np.flatnonzero(dev.occupied & dev.dirty & (dev.pins == 0))
+            if d.shape[0]:
+                rows = dev.read(d)
+                ids = dev.slot_ids[d]
+                self.counters.bytes_device_host += rows.nbytes
+                self._host_put(ids, self.host.lookup(ids), rows, dev.counts[d], dev.last[d], 0)
+                dev.dirty[d] = False
+
+    def export(self) -> dict[str, np.ndarray]:
+        """Every row's authoritative copy (topmost tier), plus the device residency."""
+        with self.lock:
+            parts = []
+            for tier in (self.dev, self.host, self.backing):
+                if tier is not None:
+                    s = tier.occupied_slots()
+                    parts.append((tier.slot_ids[s], tier.read(s)))
+            ids = np.concatenate([p[0] for p in parts])
+            rows = np.concatenate([p[1] for p in parts])
+            _, first = np.unique(ids, return_index=True)  # topmost copy wins
+            device_ids = self.dev.slot_ids[self.dev.occupied_slots()]
+            return {"ids": ids[first], "rows": rows[first], "device_ids": device_ids}
+
+    def load(self, state: dict[str, np.ndarray]) -> None:
+        """Restore rows into the host tier (overflow to the backing store), then the residency."""
+        with self.lock:
+            ids, rows = state["ids"], state["rows"]
+            if rows.shape[1] != self.width:
+                raise ValueError(f"table '{self.cfg.name}': checkpoint row width {rows.shape[1]}, "
+                                 f"config needs {self.width}")
+            for tier in (self.dev, self.host, self.backing):
+                if tier is not None:
+                    tier.remove(tier.occupied_slots())
+                    tier.pins[:] = 0
+            self._pinned.clear()
+            n_host = ids.shape[0] if not self.host.bounded else min(ids.shape[0], self.host.capacity)
+            if n_host < ids.shape[0] and self.backing is None:
+                raise CapacityError(f"table '{self.cfg.name}': checkpoint has {ids.shape[0]} rows, "
+                                    f"the host tier holds {self.host.capacity} and nothing is below")
+            zeros_f, zeros_i = np.zeros(ids.shape[0], np.float32), np.zeros(ids.shape[0], np.int64)
+            hs = self.host.alloc(n_host)
+            # no tier below holds these rows yet: they are dirty
+            self.host.put(ids[:n_host], hs, rows[:n_host], zeros_f[:n_host], zeros_i[:n_host], True)
+            if n_host < ids.shape[0]:
+                self._backing_put(ids[n_host:], rows[n_host:], zeros_f[n_host:])
+            dev_ids = state.get("device_ids", np.zeros(0, np.int64))[: self.dev.capacity]
+            if dev_ids.shape[0]:
+                src = self._lookup_all(dev_ids)
+                ds = self.dev.alloc(dev_ids.shape[0])
+                on_host = self.host.lookup(dev_ids) >= 0
+                self.dev.put(dev_ids, ds, src, np.zeros(dev_ids.shape[0], np.float32),
+                             np.zeros(dev_ids.shape[0], np.int64), ~on_host)

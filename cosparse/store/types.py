@@ -1,0 +1,38 @@
+"""Plain data of the store: tier counters and capacity errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+class CapacityError(RuntimeError):
+    """A tier cannot hold what the run needs (e.g. one batch's unique rows on the device)."""
+
+
+@dataclass
+class TableCounters:
+    """Cumulative counters of one tiered table; every figure comes from the real code path."""
+
+    lookups: int = 0  # unique IDs planned (sum over batches)
+    device_hits: int = 0
+    host_hits: int = 0
+    backing_hits: int = 0
+    fresh_rows: int = 0  # rows created from their initial value
+    evictions_device: int = 0
+    evictions_host: int = 0
+    writebacks_device: int = 0  # dirty device victims written to the host
+    bytes_host_device: int = 0
+    bytes_device_host: int = 0
+    bytes_backing_device: int = 0
+    bytes_host_backing: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+
+    def minus(self, other: TableCounters) -> dict[str, int]:
+        a, b = self.as_dict(), other.as_dict()
+        return {k: a[k] - b[k] for k in a}
+
+    def copy(self) -> TableCounters:
+        return TableCounters(**self.as_dict())
