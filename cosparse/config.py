@@ -137,6 +137,9 @@ class StoreConfig:
     host: HostTierConfig = field(default_factory=HostTierConfig)
     decay: float = 0.99  # per-batch decay of the hotness counts
     probe_batches: int = 4  # first batches read at start-up to size and check the tiers
+    # Not exact by design, so off by default (and outside the exactness matrix):
+    admit_after: int = 0  # an ID gets its own row after this many sightings (0/1: at once)
+    ttl_steps: int = 0  # rows untouched this many batches are dropped from every tier (0: off)
 
     @property
     def tiered(self) -> bool:
@@ -311,6 +314,13 @@ def validate(cfg: Config) -> Config:
     if not cfg.store.tiered and (host.rows is not None or host.budget_bytes is not None or host.spill):
         raise ConfigError("store.host: a host tier needs a bounded device tier "
                           "(store.device.rows or store.device.budget_bytes)")
+    if cfg.store.admit_after < 0:
+        raise ConfigError("store.admit_after: must be >= 0")
+    if cfg.store.ttl_steps < 0:
+        raise ConfigError("store.ttl_steps: must be >= 0")
+    if cfg.store.ttl_steps and not cfg.store.tiered:
+        raise ConfigError("store.ttl_steps: the TTL works on tiers; set store.device.rows or "
+                          "store.device.budget_bytes")
     if not 0.0 < cfg.store.decay <= 1.0:
         raise ConfigError("store.decay: must be in (0, 1]")
     if cfg.supply.lookahead < 0:

@@ -21,6 +21,7 @@ from torch import nn
 from cosparse.batch import SparseBatch
 from cosparse.config import TableConfig
 from cosparse.nn.pooled_lookup import pooled_lookup
+from cosparse.store.admission import Admission
 from cosparse.store.dedup import Deduper, TableIds
 from cosparse.store.planner import CachePlanner
 from cosparse.store.resident import ResidentTable
@@ -49,6 +50,7 @@ class TierPlan:
     device_policy: str = "hotness"
     host_policy: str = "lfu"
     decay: float = 0.99
+    ttl_steps: int = 0  # rows untouched this many batches are dropped from every tier (0: off)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class EmbeddingCollection(nn.Module):
         budget_bytes: int | None = None,
         tiers: dict[str, TierPlan] | None = None,
         lookahead: int = 0,
+        admit_after: int = 0,
     ) -> None:
         super().__init__()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -87,9 +90,12 @@ class EmbeddingCollection(nn.Module):
             else:
                 self.tables[t.name] = TieredTable(
                     t, self.device, tp.device_rows, tp.host_rows, tp.spill, tp.device_policy,
-                    tp.host_policy, tp.decay,
+                    tp.host_policy, tp.decay, tp.ttl_steps,
                 )
         self.planner = CachePlanner(self.tables, lookahead, windowed=bool(tiers))
+        self.admission = (
+            {t.name: Admission(admit_after) for t in tables} if admit_after > 1 else {}
+        )
         self.budget_bytes = budget_bytes
         self.feature_table = {f: t.name for t in tables for f in t.features}
         self._local = threading.local()  # one set of dedup scratch buffers per thread
@@ -155,9 +161,16 @@ class EmbeddingCollection(nn.Module):
         Runs in batch order, ahead of training (on the prefetch thread) or inline.
         """
         t0 = time.perf_counter()
-        prepared.slots = self.planner.plan(
-            {name: tids.unique for name, tids in prepared.tables.items()}, blocking
-        )
+        uniques = {name: tids.unique for name, tids in prepared.tables.items()}
+        admitted = {name: self.admission[name].observe(u) for name, u in uniques.items()
+                    if name in self.admission}
+        for name, mask in admitted.items():
+            uniques[name] = uniques[name][mask]
+        prepared.slots = self.planner.plan(uniques, blocking)
+        for name, mask in admitted.items():  # IDs not admitted read the default row: slot -1
+            slots = np.full(mask.shape[0], -1, dtype=np.int64)
+            slots[mask] = prepared.slots[name]
+            prepared.slots[name] = slots
         prepared.plan_ms = (time.perf_counter() - t0) * 1e3
         return prepared
 

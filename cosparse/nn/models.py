@@ -115,7 +115,10 @@ def build_model(cfg: Config, num_dense: int, device: torch.device) -> RecModel:
     """The model named by ``cfg.model.kind`` over the tables of ``cfg``."""
     # with tiers the trainer swaps in a tiered collection once it has sized the tiers
     budget = None if cfg.store.tiered else cfg.store.device.budget_bytes
-    ec = EmbeddingCollection(cfg.tables, device=device, budget_bytes=budget)  # type: ignore[arg-type]
+    ec = EmbeddingCollection(
+        cfg.tables, device=device, budget_bytes=budget,  # type: ignore[arg-type]
+        admit_after=cfg.store.admit_after,
+    )
     m = cfg.model
     if m.kind == "dlrm":
         model: RecModel = DLRM(ec, num_dense, m.bottom, m.top)

@@ -2,9 +2,10 @@
 
 Each kernel reads gathered rows ``w`` [U, dim] and their state ``s`` [U, sw], the row gradients
 ``g`` [U, dim], and writes the updated row and state side by side into ``dest[slots[u]]``
-(``dest`` is [rows, dim + sw]). Pass ``dest`` = the table's slab to write back in one pass, or a
-compact buffer with ``slots`` = arange to update in place. Arithmetic is float32, no fastmath,
-no reduction across rows: results do not depend on thread count or on where a row lives.
+(``dest`` is [rows, dim + sw]); a negative slot is skipped. Pass ``dest`` = the table's slab
+to write back in one pass, or a compact buffer with ``slots`` = arange to update in place.
+Arithmetic is float32, no fastmath, no reduction across rows: results do not depend on the
+thread count or on where a row lives.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ def sgd_update(w, s, g, dest, slots, lr):
     dim = w.shape[1]
     for u in prange(w.shape[0]):
         r = slots[u]
+        if r < 0:  # a row that trains nothing (not admitted)
+            continue
         for c in range(dim):
             dest[r, c] = w[u, c] - lr * g[u, c]
 
@@ -28,6 +31,8 @@ def adagrad_update(w, s, g, dest, slots, lr, eps):
     dim = w.shape[1]
     for u in prange(w.shape[0]):
         r = slots[u]
+        if r < 0:  # a row that trains nothing (not admitted)
+            continue
         for c in range(dim):
             gc = g[u, c]
             acc = s[u, c] + gc * gc
@@ -41,6 +46,8 @@ def rowwise_adagrad_update(w, s, g, dest, slots, lr, eps):
     inv_dim = np.float32(1.0) / np.float32(dim)
     for u in prange(w.shape[0]):
         r = slots[u]
+        if r < 0:  # a row that trains nothing (not admitted)
+            continue
         sq = np.float32(0.0)
         for c in range(dim):  # within-row reduction, fixed order
             sq += g[u, c] * g[u, c]
@@ -58,6 +65,8 @@ def adam_update(w, s, g, dest, slots, lr, eps, beta1, beta2, corr1, corr2):
     one = np.float32(1.0)
     for u in prange(w.shape[0]):
         r = slots[u]
+        if r < 0:  # a row that trains nothing (not admitted)
+            continue
         for c in range(dim):
             gc = g[u, c]
             m = beta1 * s[u, c] + (one - beta1) * gc

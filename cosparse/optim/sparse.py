@@ -88,4 +88,5 @@ class SparseOptimizer:
             v = b2 * s[:, dim:] + (1 - b2) * g * g
             new_s = torch.cat([m, v], dim=1)
             new_w = w - lr * (m / float(c1)) / ((v / float(c2)).sqrt() + eps)
-        dest.index_copy_(0, slots, torch.cat([new_w, new_s], dim=1))
+        keep = slots >= 0  # negative slots train nothing (IDs not admitted)
+        dest.index_copy_(0, slots[keep], torch.cat([new_w, new_s], dim=1)[keep])

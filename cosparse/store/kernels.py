@@ -162,10 +162,19 @@ def transpose_bags(inverse, offsets, n_unique, mean, out_toff, out_tbag, out_twe
 # --- rows ---------------------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True, parallel=True)
 def gather_rows(slab, slots, dim, out_w, out_s):
-    """out_w[u] = slab[slots[u], :dim]; out_s[u] = slab[slots[u], dim:] (one pass over each row)."""
+    """out_w[u] = slab[slots[u], :dim]; out_s[u] = slab[slots[u], dim:] (one pass over each row).
+
+    A negative slot reads zeros (an ID not yet admitted).
+    """
     width = slab.shape[1]
     for u in prange(slots.shape[0]):
         s = slots[u]
+        if s < 0:  # not admitted: the shared default (zero) row
+            for c in range(dim):
+                out_w[u, c] = 0.0
+            for c in range(dim, width):
+                out_s[u, c - dim] = 0.0
+            continue
         for c in range(dim):
             out_w[u, c] = slab[s, c]
         for c in range(dim, width):
@@ -327,3 +336,33 @@ def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n
 def add_pins(slots, pins, delta):
     for i in range(slots.shape[0]):
         pins[slots[i]] += delta
+
+
+# --- admission: a count-min sketch with conservative update -----------------------------------
+@numba.njit(cache=True, nogil=True)
+def cms_observe(sketch, ids, min_count, out_admitted):
+    """Count one sighting of each id; admitted once its (over-)estimated count reaches min_count.
+
+    ``sketch`` is uint32 [depth, width] with width a power of two; memory stays bounded whatever
+    the number of distinct IDs. Returns the number admitted.
+    """
+    depth = sketch.shape[0]
+    mask = np.uint64(sketch.shape[1] - 1)
+    n_admitted = 0
+    for i in range(ids.shape[0]):
+        x = np.uint64(ids[i])
+        est = np.uint32(0xFFFFFFFF)
+        for d in range(depth):
+            b = np.int64(mix64(x + np.uint64(d + 1) * _GOLDEN) & mask)
+            if sketch[d, b] < est:
+                est = sketch[d, b]
+        new = est + np.uint32(1) if est < np.uint32(0xFFFFFFFF) else est
+        for d in range(depth):
+            b = np.int64(mix64(x + np.uint64(d + 1) * _GOLDEN) & mask)
+            if sketch[d, b] < new:
+                sketch[d, b] = new
+        ok = new >= min_count
+        out_admitted[i] = ok
+        if ok:
+            n_admitted += 1
+    return n_admitted

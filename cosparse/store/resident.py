@@ -59,7 +59,9 @@ class SlabRows:
         if arr is not None:
             kernels.gather_rows(arr, slots, self.dim, w.numpy(), s.numpy())
         else:
-            rows = self.slab.index_select(0, torch.from_numpy(slots).to(self.device))
+            idx = torch.from_numpy(slots).to(self.device)
+            rows = self.slab.index_select(0, idx.clamp(min=0))
+            rows[idx < 0] = 0.0  # not admitted: the shared default (zero) row
             w.copy_(rows[:, : self.dim])
             s.copy_(rows[:, self.dim :])
         return w, s

@@ -37,6 +37,7 @@ class TieredTable(SlabRows):
         device_policy: str = "hotness",
         host_policy: str = "lfu",
         decay: float = 0.99,
+        ttl_steps: int = 0,
     ) -> None:
         if host_rows is not None and not spill and host_rows <= 0:
             raise CapacityError(f"table '{cfg.name}': store.host needs rows")
@@ -52,6 +53,7 @@ class TieredTable(SlabRows):
             Tier("backing", None, self.width, torch.device("cpu"), "lfu") if spill else None
         )
         self.counters = TableCounters()
+        self.ttl_steps = ttl_steps
         self.lock = threading.RLock()
         self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned
         self._w_buf = torch.empty(0, self.dim, device=device)
@@ -88,6 +90,8 @@ class TieredTable(SlabRows):
         when there is none left: the device cannot hold this batch).
         """
         with self.lock:
+            if self.ttl_steps and seq % max(1, self.ttl_steps // 4) == 0:
+                self._expire(seq - self.ttl_steps)
             dev, c = self.dev, self.counters
             slots = dev.lookup(unique)
             hit = slots >= 0
@@ -218,11 +222,14 @@ class TieredTable(SlabRows):
                     f"table '{self.cfg.name}': the host tier ({host.capacity} rows) is full and "
                     "there is no tier below it (set store.host.spill: true or a larger store.host)"
                 )
-            self._backing_put(ids[down], host.read(victims[down]), host.counts[victims[down]])
+            v = victims[down]
+            self._backing_put(ids[down], host.read(v), host.counts[v], host.last[v])
         host.remove(victims)
         c.evictions_host += victims.shape[0]
 
-    def _backing_put(self, ids: np.ndarray, rows: np.ndarray, counts: np.ndarray) -> None:
+    def _backing_put(
+        self, ids: np.ndarray, rows: np.ndarray, counts: np.ndarray, last: np.ndarray
+    ) -> None:
         b = self.backing
         assert b is not None
         self.counters.bytes_host_backing += rows.nbytes
@@ -231,10 +238,37 @@ class TieredTable(SlabRows):
         if present.any():
             b.write(bs[present], rows[present])
             b.counts[bs[present]] = counts[present]
+            b.last[bs[present]] = last[present]
         new = np.flatnonzero(~present)
         if new.shape[0]:
             slots = b.alloc(new.shape[0])
-            b.put(ids[new], slots, rows[new], counts[new], np.zeros(new.shape[0], np.int64), False)
+            b.put(ids[new], slots, rows[new], counts[new], last[new], False)
+
+    def _expire(self, cutoff: int) -> None:
+        """TTL: drop from every tier the rows whose authoritative copy was last used before
+        ``cutoff`` (pinned rows are in use and never expire)."""
+        dev, host, c = self.dev, self.host, self.counters
+        on_dev = dev.occupied_slots()
+        old_dev = on_dev[(dev.last[on_dev] < cutoff) & (dev.pins[on_dev] == 0)]
+        gone = [dev.slot_ids[old_dev]]
+        dev.remove(old_dev)
+        for tier, above in ((host, (dev,)), (self.backing, (dev, host))):
+            if tier is None:
+                continue
+            occ = tier.occupied_slots()
+            ids = tier.slot_ids[occ]
+            shadowed = np.zeros(occ.shape[0], dtype=np.bool_)
+            for a in above:  # a copy above is authoritative and decides
+                shadowed |= a.lookup(ids) >= 0
+            expired = ~shadowed & (tier.last[occ] < cutoff)
+            gone.append(ids[expired])
+            tier.remove(occ[expired])
+        dropped = np.unique(np.concatenate(gone))
+        for tier in (host, self.backing):  # shadows of dropped rows go too
+            if tier is not None:
+                s = tier.lookup(dropped)
+                tier.remove(s[s >= 0])
+        c.ttl_drops += int(dropped.shape[0])
 
     def release(self, seq: int) -> None:
         """Unpin the rows of batch ``seq`` (it has trained)."""
@@ -323,7 +357,7 @@ class TieredTable(SlabRows):
             # no tier below holds these rows yet: they are dirty
             self.host.put(ids[:n_host], hs, rows[:n_host], zeros_f[:n_host], zeros_i[:n_host], True)
             if n_host < ids.shape[0]:
-                self._backing_put(ids[n_host:], rows[n_host:], zeros_f[n_host:])
+                self._backing_put(ids[n_host:], rows[n_host:], zeros_f[n_host:], zeros_i[n_host:])
             dev_ids = state.get("device_ids", np.zeros(0, np.int64))[: self.dev.capacity]
             if dev_ids.shape[0]:
                 src = self._lookup_all(dev_ids)

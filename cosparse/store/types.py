@@ -25,6 +25,7 @@ class TableCounters:
     bytes_device_host: int = 0
     bytes_backing_device: int = 0
     bytes_host_backing: int = 0
+    ttl_drops: int = 0  # rows dropped from every tier by the TTL
     extra: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, int]:

@@ -109,6 +109,7 @@ def size_tiers(cfg: Config, probe: list[SparseBatch], dense_bytes: int) -> Sizin
         plans[n] = TierPlan(
             device_rows=int(device_rows[n]), host_rows=host_rows[n], spill=host.spill,
             device_policy=t.policy or dev.policy, host_policy=host.policy, decay=cfg.store.decay,
+            ttl_steps=cfg.store.ttl_steps,
         )
     return SizingReport(dense_bytes, unique, plans)
 

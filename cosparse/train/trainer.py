@@ -90,6 +90,7 @@ class Trainer:
         self.model.ec = EmbeddingCollection(
             cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
             tiers=self.sizing.plans, lookahead=cfg.supply.lookahead,
+            admit_after=cfg.store.admit_after,
         )
         self.log(describe(self.sizing))
 
@@ -226,10 +227,12 @@ class Trainer:
 
     def _store_metrics(self) -> dict[str, float]:
         """Tier figures since the last log point, from the tables' runtime counters."""
+        out: dict[str, float] = {}
+        if self.ec.admission:
+            out["admission.rejected"] = sum(a.rejected for a in self.ec.admission.values())
         now = self.ec.counters()
         if not now:
-            return {}
-        out: dict[str, float] = {}
+            return out
         totals: dict[str, int] = {}
         for name, c in now.items():
             d = c.minus(self._counters_at_log[name])
@@ -246,6 +249,7 @@ class Trainer:
         out["evictions.device"] = totals["evictions_device"]
         out["evictions.host"] = totals["evictions_host"]
         out["lookahead_shrinks"] = self.ec.planner.shrinks - self._shrinks_at_log
+        out["ttl_drops"] = totals["ttl_drops"]
         out["hbm_share"] = self.ec.hbm_share() or 0.0
         self._counters_at_log = now
         self._shrinks_at_log = self.ec.planner.shrinks
