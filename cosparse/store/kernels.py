@@ -181,8 +181,7 @@ def gather_rows(slab, slots, dim, out_w, out_s):
             out_s[u, c - dim] = slab[s, c]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value):
+def _init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value):
     """Initialise rows ``slots`` for ``ids``: each value is a pure function of (seed, id, column).
 
     kind 0: uniform(a, b); kind 1: normal(0, a) by Box-Muller. Optimizer state <- state_value.
@@ -204,6 +203,10 @@ def init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value):
                 slab[r, c] = np.float32(a * z)
         for c in range(dim, width):
             slab[r, c] = state_value
+
+
+init_rows = numba.njit(cache=True, nogil=True, parallel=True)(_init_rows)
+init_rows_serial = numba.njit(cache=True, nogil=True)(_init_rows)  # for the planner's thread
 
 
 @numba.njit(cache=True, nogil=True)
@@ -282,10 +285,11 @@ def _score(policy, count, last, now, log_decay):
 def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n, out):
     """Pick ``n`` unpinned occupied slots with the lowest policy score by a CLOCK-style sweep.
 
-    A strided sample of scores sets a threshold; one sweep from ``hand`` collects unpinned slots
-    under it (a second sweep takes any unpinned slot if too few); the candidates are then ordered
-    by (score, sweep position) and the first ``n`` taken. Deterministic. Returns
-    (victims found, new hand); fewer than ``n`` means too many slots are pinned.
+    A strided sample of scores sets a threshold; a sweep from ``hand`` collects up to 2n
+    unpinned slots under it (a second sweep takes any unpinned slot if too few); the candidates
+    are ordered by (score, sweep position) and the first ``n`` taken; the hand moves on to where
+    the sweep stopped. Deterministic. Returns (victims found, new hand); fewer than ``n`` means
+    too many slots are pinned.
     """
     cap = occupied.shape[0]
     if n <= 0 or cap == 0:
@@ -305,9 +309,11 @@ def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n
         sample = np.sort(sample[:ns])
         frac = min(1.0, 2.0 * n / cap + 8.0 / ns)
         thr = sample[min(ns - 1, int(frac * ns))]
-    cand = np.empty(cap, dtype=np.int64)
-    cscore = np.empty(cap, dtype=np.float64)
+    want = 2 * n  # collect twice what is needed, then keep the lowest scores
+    cand = np.empty(min(cap, want), dtype=np.int64)
+    cscore = np.empty(min(cap, want), dtype=np.float64)
     nc = 0
+    stop = hand
     for rnd in range(2):
         if rnd == 1:
             if nc >= n:
@@ -316,20 +322,20 @@ def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n
             nc = 0
         for i in range(cap):
             s = (hand + i) % cap
+            stop = (s + 1) % cap
             if occupied[s] and pins[s] == 0:
                 sc = _score(policy, counts[s], last[s], now, log_decay)
                 if sc <= thr:
                     cand[nc] = s
                     cscore[nc] = sc
                     nc += 1
+                    if nc == cand.shape[0]:
+                        break
     order = np.argsort(cscore[:nc], kind="mergesort")
     found = min(n, nc)
     for i in range(found):
         out[i] = cand[order[i]]
-    new_hand = hand
-    if found > 0:
-        new_hand = (out[found - 1] + 1) % cap
-    return found, new_hand
+    return found, stop
 
 
 @numba.njit(cache=True, nogil=True)
@@ -366,3 +372,25 @@ def cms_observe(sketch, ids, min_count, out_admitted):
         if ok:
             n_admitted += 1
     return n_admitted
+
+
+# The planner moves rows on its background thread while the trainer's torch ops use the cores:
+# these copies are serial on purpose (a parallel region stalls when a core is busy).
+@numba.njit(cache=True, nogil=True)
+def take_rows(slab, slots, out):
+    """out[i] = slab[slots[i]] (whole rows: values and optimizer state)."""
+    width = slab.shape[1]
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        for c in range(width):
+            out[i, c] = slab[s, c]
+
+
+@numba.njit(cache=True, nogil=True)
+def put_rows(slab, slots, rows):
+    """slab[slots[i]] = rows[i] (slots are distinct)."""
+    width = slab.shape[1]
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        for c in range(width):
+            slab[s, c] = rows[i, c]

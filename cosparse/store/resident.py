@@ -15,14 +15,21 @@ from cosparse.store.hashmap import IdMap
 _INIT_KIND = {"uniform": 0, "normal": 1}
 
 
-def initial_rows(cfg: TableConfig, width: int, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Fresh rows+state for ``ids``: a pure function of (table seed, ID), wherever it is called."""
+def initial_rows(
+    cfg: TableConfig, width: int, ids: np.ndarray, out: np.ndarray | None = None,
+    serial: bool = False,
+) -> np.ndarray:
+    """Fresh rows+state for ``ids``: a pure function of (table seed, ID), wherever it is called.
+
+    ``serial`` runs single-threaded (for the planner's background thread); the values are equal.
+    """
     init = cfg.init
     a, b = (init.low, init.high) if init.kind == "uniform" else (init.std, 0.0)
     if out is None:
         out = np.empty((ids.shape[0], width), dtype=np.float32)
     state0 = SparseOptimizer(cfg.optimizer).initial_state
-    kernels.init_rows(
+    kernel = kernels.init_rows_serial if serial else kernels.init_rows
+    kernel(
         out, np.arange(ids.shape[0]), ids, cfg.seed, cfg.dim, _INIT_KIND[init.kind], a, b, state0
     )
     return out

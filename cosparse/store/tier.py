@@ -18,7 +18,8 @@ POLICIES = {"lru": kernels.POLICY_LRU, "lfu": kernels.POLICY_LFU, "hotness": ker
 
 
 class Tier:
-    """Rows of one table at one level. ``capacity=None`` means unbounded (grows on demand)."""
+    """Rows of one table at one level. ``capacity=None`` means unbounded: it starts with
+    ``initial_rows`` slots and doubles when full."""
 
     def __init__(
         self,
@@ -28,6 +29,7 @@ class Tier:
         device: torch.device,
         policy: str = "hotness",
         decay: float = 0.99,
+        initial_rows: int = 1024,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown eviction policy '{policy}' (use {', '.join(POLICIES)})")
@@ -39,8 +41,8 @@ class Tier:
         self.policy_name = policy
         self.log_decay = float(np.log(decay)) if policy == "hotness" else 0.0
         self.hand = 0
-        self.map = IdMap(expected=capacity or 1024)
-        self._alloc(capacity or 1024)
+        self.map = IdMap(expected=capacity or initial_rows)
+        self._alloc(capacity or initial_rows)
 
     def _alloc(self, cap: int) -> None:
         self.slot_ids = np.zeros(cap, dtype=np.int64)
@@ -52,7 +54,8 @@ class Tier:
         self.free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pops 0, 1, 2, ...
         self.n_free = cap
         if self.device.type == "cpu":
-            self.slab_np: np.ndarray | None = np.zeros((cap, self.width), dtype=np.float32)
+            # every slot is written before it is read, so the slab needs no zero fill
+            self.slab_np: np.ndarray | None = np.empty((cap, self.width), dtype=np.float32)
             self.slab = torch.from_numpy(self.slab_np)
         else:
             self.slab_np = None
@@ -121,12 +124,15 @@ class Tier:
     def read(self, slots: np.ndarray) -> np.ndarray:
         """Copy of the rows (and state) at ``slots`` as a host array."""
         if self.slab_np is not None:
-            return self.slab_np[slots]
+            out = np.empty((slots.shape[0], self.width), dtype=np.float32)
+            kernels.take_rows(self.slab_np, slots, out)
+            return out
         return self.slab.index_select(0, torch.from_numpy(slots).to(self.device)).cpu().numpy()
 
     def write(self, slots: np.ndarray, rows: np.ndarray | torch.Tensor) -> None:
         if self.slab_np is not None:
-            self.slab_np[slots] = rows
+            src = rows.numpy() if isinstance(rows, torch.Tensor) else rows
+            kernels.put_rows(self.slab_np, slots, np.ascontiguousarray(src, dtype=np.float32))
         else:
             src = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
             self.slab[torch.from_numpy(slots).to(self.device)] = src.to(self.device)

@@ -48,10 +48,10 @@ class TieredTable(SlabRows):
         self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
         self.row_bytes = 4 * self.width
         self.dev = Tier("device", device_rows, self.width, device, device_policy, decay)
-        self.host = Tier("host", host_rows, self.width, torch.device("cpu"), host_policy, decay)
-        self.backing = (
-            Tier("backing", None, self.width, torch.device("cpu"), "lfu") if spill else None
-        )
+        cpu = torch.device("cpu")
+        start = 4 * device_rows  # unbounded tiers start here and double
+        self.host = Tier("host", host_rows, self.width, cpu, host_policy, decay, start)
+        self.backing = Tier("backing", None, self.width, cpu, "lfu", decay, start) if spill else None
         self.counters = TableCounters()
         self.ttl_steps = ttl_steps
         self.lock = threading.RLock()
@@ -70,7 +70,7 @@ class TieredTable(SlabRows):
         return self.export()["ids"].shape[0]
 
     def initial_rows(self, ids: np.ndarray) -> np.ndarray:
-        return initial_rows(self.cfg, self.width, ids)
+        return initial_rows(self.cfg, self.width, ids, serial=True)
 
     @property
     def slab_array(self) -> np.ndarray | None:
