@@ -102,3 +102,34 @@ def test_slab_growth_keeps_trained_rows():
     fresh = np.arange(10, 10_000, dtype=np.int64)
     rows = table.slab[torch.from_numpy(table.ids.lookup(fresh))]
     assert torch.equal(rows, torch.from_numpy(table.initial_rows(fresh)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tiered_collection_matches_resident_on_each_device(device):
+    """Tiers through one forward path on any device: same pooled outputs and rows as resident.
+
+    (The full bit-for-bit matrix with the trainer is tests/test_exactness.py.)"""
+    from cosparse.nn.embedding import TierPlan
+
+    tc = TableConfig(name="t", dim=8, features=["a", "b"],
+                     optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=0.1))
+    resident = EmbeddingCollection([tc], device=device)
+    tiered = EmbeddingCollection(
+        [tc], device=device, tiers={"t": TierPlan(device_rows=200, host_rows=400, spill=True)}
+    )
+    for step in range(12):
+        batch = _batch(seed=step, vocab=300)
+        outs = []
+        for ec in (resident, tiered):
+            pooled = ec(batch)
+            out = torch.cat([pooled["a"], pooled["b"]])
+            weight = torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out)
+            (out * weight).sum().backward()
+            ec.apply_gradients()
+            outs.append(out.detach())
+        assert torch.equal(outs[0], outs[1]), step
+    a, b = resident.tables["t"].export(), tiered.tables["t"].export()
+    order_a, order_b = np.argsort(a["ids"]), np.argsort(b["ids"])
+    assert np.array_equal(a["ids"][order_a], b["ids"][order_b])
+    assert np.array_equal(a["rows"][order_a], b["rows"][order_b])
+    assert tiered.tables["t"].counters.evictions_device > 0
