@@ -87,6 +87,22 @@ LINKS = {"host_device": "bytes_host_device", "device_host": "bytes_device_host",
          "backing_device": "bytes_backing_device", "host_backing": "bytes_host_backing"}
 
 
+def engine_fingerprint() -> str:
+    """Import the engine now and hash its store/nn sources: others may edit them mid-run, and the
+    plan-only passes must run the same code as the workers (the JSON records both hashes)."""
+    import hashlib
+
+    import cosparse.nn.embedding  # noqa: F401
+    import cosparse.nn.models  # noqa: F401
+    import cosparse.train.prefetch  # noqa: F401
+
+    root = HERE.parent / "cosparse"
+    h = hashlib.sha1()
+    for f in sorted([*root.glob("store/*.py"), *root.glob("nn/*.py")]):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 # ------------------------------------------------------------------------------------- config
 @dataclasses.dataclass
 class TiersConfig:
@@ -301,12 +317,14 @@ def serve(name: str, cfg: TiersConfig, data: Path) -> None:
     try:
         set_threads(cfg.threads)
         t0 = time.perf_counter()
+        fingerprint = engine_fingerprint()
         raw = load_batches(data)
         checksum = data_checksum(raw)
         rss_data = rss_mb()
         c = TierContender(name, cfg, raw)
-        send({"ready": True, "checksum": checksum, "setup_s": round(time.perf_counter() - t0, 2),
-              "rss_after_data_mb": round(rss_data), "pid": os.getpid()})
+        send({"ready": True, "checksum": checksum, "engine": fingerprint,
+              "setup_s": round(time.perf_counter() - t0, 2), "rss_after_data_mb": round(rss_data),
+              "pid": os.getpid()})
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         import traceback
 
@@ -500,6 +518,7 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         set_threads(cfg.threads)
     cfg_json = json.dumps(dataclasses.asdict(cfg))
     machine = machine_info()
+    engine = engine_fingerprint()
     print(f"config: {cfg_json}\n  device_rows/table {cfg.device_rows:,}, host_rows/table (spill) "
           f"{cfg.host_rows:,}, trained batches {cfg.n_train} (warm-up {cfg.warmup})\n"
           f"machine: {json.dumps(machine)}", flush=True)
@@ -527,7 +546,9 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
             w.ready = w.recv()
             if w.ready["checksum"] != checksum:
                 raise RuntimeError(f"worker {n} loaded different data")
-            print(f"  {n}: ready (setup {w.ready['setup_s']} s)", flush=True)
+            print(f"  {n}: ready (setup {w.ready['setup_s']} s, engine {w.ready['engine']})", flush=True)
+        machine["engine_sources_sha1"] = {"parent": engine, **{n: w.ready["engine"]
+                                                               for n, w in workers.items()}}
 
         res: dict[str, dict[str, Any]] = {n: {"sps": [], "step_s": [], "other_cpu": [], "snaps": {},
                                               "plan_ms": [], "prep_ms": [], "wait_ms": [],
@@ -674,7 +695,8 @@ def print_report(out: dict[str, Any]) -> None:
     for n, p in out["contenders"].items():
         s = p["samples_per_s"]
         wait = _median(p["trainer_wait_ms_per_step"])
-        print(f"{n:<20}{s['median']:>11,}{f'{s['min']:,}-{s['max']:,}':>17}{p['step_ms_p50']:>13}"
+        rng = f"{s['min']:,}-{s['max']:,}"
+        print(f"{n:<20}{s['median']:>11,}{rng:>17}{p['step_ms_p50']:>13}"
               f"{p['plan_ms_per_batch_p50_p90'][0]:>13}{wait:>14.1f}{max(p['other_cpu_cores']):>11}")
     print()
     for k in ("tiered_over_resident", "tiered_over_resident_paired", "spill_over_resident",
@@ -706,7 +728,7 @@ def print_report(out: dict[str, Any]) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="8 tables x 100k rows, batch 1024 (device 10k rows), warm-up 5, "
+                    help="8 tables x 100k rows, batch 512 (device 10k rows), warm-up 5, "
                          "5 rounds x 4 steps: < 60 s")
     ap.add_argument("--tiny", action="store_true",
                     help="smoke-test size: 2 tables x 10k rows, batch 128, warm-up 2, 5 rounds x 2 steps")
@@ -732,7 +754,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def config_from_args(a: argparse.Namespace) -> TiersConfig:
     cfg = TiersConfig(seed=a.seed, threads=a.threads, policy_passes=not a.no_policy_passes)
     if a.quick:
-        cfg = dataclasses.replace(cfg, rows=100_000, batch=1024, warmup=5, steps=4, rounds=5)
+        cfg = dataclasses.replace(cfg, rows=100_000, batch=512, warmup=5, steps=4, rounds=5)
     if a.tiny:
         cfg = dataclasses.replace(cfg, tables=2, rows=10_000, batch=128, warmup=2, steps=2, rounds=5)
     over = {k: getattr(a, k) for k in ("steps", "rounds", "warmup", "tables", "rows", "batch",
