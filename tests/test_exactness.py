@@ -97,12 +97,12 @@ def test_the_matrix_catches_one_ulp_of_corruption_in_an_eviction(monkeypatch):
     original = TieredTable._host_put
     done = []
 
-    def corrupting_host_put(self, ids, hs, rows, counts, last, seq):
-        if not done and rows.shape[0]:
-            rows = rows.copy()
-            rows[0, 0] = np.nextafter(rows[0, 0], np.float32(np.inf))
+    def corrupting_host_put(self, ids, hs, src, seq):
+        if not done and src.shape[0]:  # nudge the first row on its way down by one ulp
+            row = self.dev.slab_np[src[0]]
+            row[0] = np.nextafter(row[0], np.float32(np.inf))
             done.append(int(ids[0]))
-        return original(self, ids, hs, rows, counts, last, seq)
+        return original(self, ids, hs, src, seq)
 
     monkeypatch.setattr(TieredTable, "_host_put", corrupting_host_put)
     got = run(cell_config("zipf", "sgd", "lru", "min", 0, 0, "100%"))

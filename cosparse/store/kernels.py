@@ -394,3 +394,14 @@ def put_rows(slab, slots, rows):
         s = slots[i]
         for c in range(width):
             slab[s, c] = rows[i, c]
+
+
+@numba.njit(cache=True, nogil=True)
+def move_rows(src, src_slots, dst, dst_slots):
+    """dst[dst_slots[i]] = src[src_slots[i]]: one copy between two tiers' slabs, no temporary."""
+    width = src.shape[1]
+    for i in range(src_slots.shape[0]):
+        s = src_slots[i]
+        d = dst_slots[i]
+        for c in range(width):
+            dst[d, c] = src[s, c]

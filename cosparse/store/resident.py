@@ -17,11 +17,12 @@ _INIT_KIND = {"uniform": 0, "normal": 1}
 
 def initial_rows(
     cfg: TableConfig, width: int, ids: np.ndarray, out: np.ndarray | None = None,
-    serial: bool = False,
+    serial: bool = False, slots: np.ndarray | None = None,
 ) -> np.ndarray:
     """Fresh rows+state for ``ids``: a pure function of (table seed, ID), wherever it is called.
 
-    ``serial`` runs single-threaded (for the planner's background thread); the values are equal.
+    Written to ``out[slots]`` (default: rows 0..n-1 of ``out`` or of a new array). ``serial``
+    runs single-threaded (for the planner's background thread); the values are the same.
     """
     init = cfg.init
     a, b = (init.low, init.high) if init.kind == "uniform" else (init.std, 0.0)
@@ -29,9 +30,8 @@ def initial_rows(
         out = np.empty((ids.shape[0], width), dtype=np.float32)
     state0 = SparseOptimizer(cfg.optimizer).initial_state
     kernel = kernels.init_rows_serial if serial else kernels.init_rows
-    kernel(
-        out, np.arange(ids.shape[0]), ids, cfg.seed, cfg.dim, _INIT_KIND[init.kind], a, b, state0
-    )
+    rows = np.arange(ids.shape[0]) if slots is None else slots
+    kernel(out, rows, ids, cfg.seed, cfg.dim, _INIT_KIND[init.kind], a, b, state0)
     return out
 
 

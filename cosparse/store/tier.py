@@ -99,10 +99,11 @@ class Tier:
         return slots
 
     def put(
-        self, ids: np.ndarray, slots: np.ndarray, rows: np.ndarray | torch.Tensor,
+        self, ids: np.ndarray, slots: np.ndarray, rows: np.ndarray | torch.Tensor | None,
         counts: np.ndarray, last: np.ndarray, dirty: np.ndarray | bool,
     ) -> None:
-        """Place absent ``ids`` with their rows and metadata into allocated ``slots``."""
+        """Place absent ``ids`` with their metadata into allocated ``slots``, and their rows
+        unless ``rows`` is None (the caller has written them, e.g. with ``copy_from``)."""
         self.map.insert(ids, slots)
         self.slot_ids[slots] = ids
         self.occupied[slots] = True
@@ -110,7 +111,8 @@ class Tier:
         self.pins[slots] = 0
         self.counts[slots] = counts
         self.last[slots] = last
-        self.write(slots, rows)
+        if rows is not None:
+            self.write(slots, rows)
 
     def remove(self, slots: np.ndarray) -> None:
         """Free ``slots`` and forget their IDs."""
@@ -136,6 +138,14 @@ class Tier:
         else:
             src = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
             self.slab[torch.from_numpy(slots).to(self.device)] = src.to(self.device)
+
+    def copy_from(self, src: Tier, src_slots: np.ndarray, dst_slots: np.ndarray) -> int:
+        """Copy rows from another tier's slots into ours; returns the bytes moved."""
+        if self.slab_np is not None and src.slab_np is not None:
+            kernels.move_rows(src.slab_np, src_slots, self.slab_np, dst_slots)
+        else:
+            self.write(dst_slots, src.read(src_slots))
+        return int(src_slots.shape[0]) * self.width * 4
 
     # --- eviction -----------------------------------------------------------------------------
     def victims(self, n: int, now: int) -> np.ndarray:

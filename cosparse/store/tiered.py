@@ -112,9 +112,7 @@ class TieredTable(SlabRows):
                     )
             if n_miss:
                 new_slots = dev.alloc(n_miss)
-                rows, counts, last, dirty = self._fetch(miss_ids)
-                dev.put(miss_ids, new_slots, rows, counts, last, dirty)
-                c.bytes_host_device += rows.nbytes
+                self._fill(miss_ids, new_slots)
                 slots[~hit] = new_slots
                 kernels.add_pins(new_slots, dev.pins, 1)
             dev.touch(slots, seq)
@@ -122,11 +120,11 @@ class TieredTable(SlabRows):
             self._pinned[seq] = slots
             return slots
 
-    def _fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Rows for device misses, from the host, the backing store or their initial value."""
-        c = self.counters
+    def _fill(self, ids: np.ndarray, dst: np.ndarray) -> None:
+        """Bring device misses into slots ``dst``: from the host, the backing store, or their
+        initial value (created in place), copying each row once."""
+        c, dev = self.counters, self.dev
         n = ids.shape[0]
-        rows = np.empty((n, self.width), dtype=np.float32)
         counts = np.zeros(n, dtype=np.float32)
         last = np.zeros(n, dtype=np.int64)
         dirty = np.ones(n, dtype=np.bool_)
@@ -134,7 +132,7 @@ class TieredTable(SlabRows):
         in_host = hs >= 0
         if in_host.any():
             h = hs[in_host]
-            rows[in_host] = self.host.read(h)
+            c.bytes_host_device += dev.copy_from(self.host, h, dst[in_host])
             counts[in_host] = self.host.counts[h]
             last[in_host] = self.host.last[h]
             dirty[in_host] = False  # the host keeps an identical shadow copy
@@ -144,15 +142,22 @@ class TieredTable(SlabRows):
             bs = self.backing.lookup(ids[rest])
             in_b = bs >= 0
             if in_b.any():
-                rows[rest[in_b]] = self.backing.read(bs[in_b])
-                counts[rest[in_b]] = self.backing.counts[bs[in_b]]
+                b = bs[in_b]
+                c.bytes_backing_device += dev.copy_from(self.backing, b, dst[rest[in_b]])
+                counts[rest[in_b]] = self.backing.counts[b]
+                last[rest[in_b]] = self.backing.last[b]
                 c.backing_hits += int(in_b.sum())
-                c.bytes_backing_device += int(in_b.sum()) * self.row_bytes
             rest = rest[~in_b]
         if rest.shape[0]:
-            rows[rest] = self.initial_rows(ids[rest])
             c.fresh_rows += rest.shape[0]
-        return rows, counts, last, dirty
+            if dev.slab_np is not None:  # created in place
+                initial_rows(self.cfg, self.width, ids[rest], serial=True, out=dev.slab_np,
+                             slots=dst[rest])
+            else:  # created on the host, then copied up
+                fresh = self.initial_rows(ids[rest])
+                dev.write(dst[rest], fresh)
+                c.bytes_host_device += fresh.nbytes
+        dev.put(ids, dst, None, counts, last, dirty)
 
     def _evict_device(self, victims: np.ndarray, seq: int) -> None:
         dev, c = self.dev, self.counters
@@ -166,34 +171,31 @@ class TieredTable(SlabRows):
             self.host.last[shadows] = dev.last[victims[clean]]
         if dirty.any():
             d = victims[dirty]
-            rows = dev.read(d)
-            c.bytes_device_host += rows.nbytes
             c.writebacks_device += d.shape[0]
             # the shadows must survive the room the host makes for the dirty rows
             kernels.add_pins(shadows, self.host.pins, 1)
             try:
-                self._host_put(ids[dirty], hs[dirty], rows, dev.counts[d], dev.last[d], seq)
+                c.bytes_device_host += self._host_put(ids[dirty], hs[dirty], d, seq)
             finally:
                 kernels.add_pins(shadows, self.host.pins, -1)
         dev.remove(victims)
         c.evictions_device += victims.shape[0]
 
-    def _host_put(
-        self, ids: np.ndarray, hs: np.ndarray, rows: np.ndarray, counts: np.ndarray,
-        last: np.ndarray, seq: int,
-    ) -> None:
-        """Write rows down to the host: overwrite shadow copies, insert the others."""
-        host = self.host
+    def _host_put(self, ids: np.ndarray, hs: np.ndarray, src: np.ndarray, seq: int) -> int:
+        """Write device rows ``src`` (IDs ``ids``, host slots ``hs`` or -1) down to the host:
+        overwrite shadow copies, insert the others. Returns the bytes moved."""
+        host, dev = self.host, self.dev
         present = hs >= 0
         p = hs[present]
+        moved = 0
         if p.shape[0]:
-            host.write(p, rows[present])
-            host.counts[p] = counts[present]
-            host.last[p] = last[present]
+            moved += host.copy_from(dev, src[present], p)
+            host.counts[p] = dev.counts[src[present]]
+            host.last[p] = dev.last[src[present]]
             host.dirty[p] = True
         new = np.flatnonzero(~present)
         if not new.shape[0]:
-            return
+            return moved
         kernels.add_pins(p, host.pins, 1)  # rows just written down must not be the victims
         try:
             while host.bounded and new.shape[0] > host.n_free:
@@ -207,7 +209,9 @@ class TieredTable(SlabRows):
         finally:
             kernels.add_pins(p, host.pins, -1)
         slots = host.alloc(new.shape[0])
-        host.put(ids[new], slots, rows[new], counts[new], last[new], True)
+        moved += host.copy_from(dev, src[new], slots)
+        host.put(ids[new], slots, None, dev.counts[src[new]], dev.last[src[new]], True)
+        return moved
 
     def _evict_host(self, victims: np.ndarray) -> None:
         host, c = self.host, self.counters
@@ -316,10 +320,8 @@ class TieredTable(SlabRows):
             dev = self.dev
             d = np.flatnonzero(dev.occupied & dev.dirty & (dev.pins == 0))
             if d.shape[0]:
-                rows = dev.read(d)
                 ids = dev.slot_ids[d]
-                self.counters.bytes_device_host += rows.nbytes
-                self._host_put(ids, self.host.lookup(ids), rows, dev.counts[d], dev.last[d], 0)
+                self.counters.bytes_device_host += self._host_put(ids, self.host.lookup(ids), d, 0)
                 dev.dirty[d] = False
 
     def export(self) -> dict[str, np.ndarray]:
