@@ -119,6 +119,7 @@ class TiersConfig:
     steps: int = 10
     rounds: int = 6
     lookahead: int = 4
+    horizon: int = 32  # batches read beyond the pinned window; eviction passes over their rows
     device_frac: float = 0.10
     host_frac: float = 0.25
     decay: float = 0.99
@@ -234,7 +235,7 @@ class TierContender:
         self.cond = threading.Condition()
         self.allowed = -1  # the source may yield batches with index <= allowed
         self.stopped = False
-        self.pf = Prefetcher(self._source(), self._stage, cfg.lookahead)
+        self.pf = Prefetcher(self.ec.staged(self._source(), cfg.horizon), self._snap, cfg.lookahead)
         self.it = iter(self.pf)
         self.trained = 0
         self.last_loss = float("nan")
@@ -248,8 +249,7 @@ class TierContender:
                     return
             yield sb
 
-    def _stage(self, sb: Any) -> Any:
-        p = self.ec.prepare_and_stage(sb)
+    def _snap(self, p: Any) -> Any:
         p.bench_snap = snapshot(self.ec)  # right after this batch was planned, on this thread
         return p
 
@@ -258,8 +258,8 @@ class TierContender:
 
         if start != self.trained:
             raise RuntimeError(f"{self.name}: asked to train from batch {start}, next is {self.trained}")
-        with self.cond:  # may prepare up to the first batch of the next round, no further
-            self.allowed = start + n
+        with self.cond:  # may read up to the horizon past the next round's first batch
+            self.allowed = start + n + self.cfg.horizon
             self.cond.notify_all()
         stage0 = dict(self.ec.stage_ms)
         wait0 = self.pf.wait_ms
@@ -365,12 +365,12 @@ def plan_only(cfg: TiersConfig, sbs: list[Any], policy: str, profile: bool) -> d
     ec = build_ec(cfg, "dev10_host100", policy)
     snaps, plan_ms = {}, []
     pr = cProfile.Profile() if profile else None
+    staged = ec.staged(sbs[: cfg.n_batches], cfg.horizon)  # the same source as the trainers
     for i in range(cfg.n_train):
-        p = ec.prepare(sbs[i])
         steady = i >= cfg.warmup
         if pr is not None and steady:
             pr.enable()
-        ec.stage(p)
+        p = next(staged)  # prepares the batch entering the horizon, plans batch i
         if pr is not None and steady:
             pr.disable()
         ec.planner.mark_done()
@@ -741,6 +741,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rows", type=int)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--lookahead", type=int)
+    ap.add_argument("--horizon", type=int, help="batches read beyond the pinned window (0: off)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-policy-passes", action="store_true",
                     help="skip the plan-only lru/lfu/hotness passes")
@@ -757,7 +758,7 @@ def config_from_args(a: argparse.Namespace) -> TiersConfig:
         cfg = dataclasses.replace(cfg, rows=100_000, batch=512, warmup=5, steps=4, rounds=5)
     if a.tiny:
         cfg = dataclasses.replace(cfg, tables=2, rows=10_000, batch=128, warmup=2, steps=2, rounds=5)
-    over = {k: getattr(a, k) for k in ("steps", "rounds", "warmup", "tables", "rows", "batch",
+    over = {k: getattr(a, k) for k in ("steps", "rounds", "warmup", "tables", "rows", "batch", "horizon",
                                          "lookahead")}
     cfg = dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
     if cfg.warmup < 1 or cfg.rounds < 1 or cfg.steps < 1:

@@ -149,7 +149,8 @@ class StoreConfig:
 @dataclass
 class SupplyConfig:
     path: Literal["resident"] = "resident"
-    lookahead: int = 1  # prepare this many batches ahead on a background thread (0: inline)
+    lookahead: int = 1  # plan and pin this many batches ahead on a background thread (0: inline)
+    horizon: int = 0  # batches read beyond the lookahead whose rows eviction passes over
 
 
 @dataclass
@@ -325,6 +326,8 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("store.decay: must be in (0, 1]")
     if cfg.supply.lookahead < 0:
         raise ConfigError("supply.lookahead: must be >= 0")
+    if cfg.supply.horizon < 0:
+        raise ConfigError("supply.horizon: must be >= 0")
     if cfg.model.kind in ("deepfm",):
         dims = {t.dim for t in cfg.tables}
         if len(dims) > 1:

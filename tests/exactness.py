@@ -137,12 +137,12 @@ def first_difference(got: RunResult, ref: RunResult) -> str | None:
 
 
 def tiered(cfg: Config, device_rows: int, lookahead: int, workers: int, policy: str,
-           host_rows: int | None = None) -> Config:
+           host_rows: int | None = None, horizon: int = 0) -> Config:
     cfg = copy.deepcopy(cfg)
     cfg.store = StoreConfig(
         device=TierConfig(rows=device_rows, policy=policy),
         host=HostTierConfig(rows=host_rows, spill=host_rows is not None),
     )
-    cfg.supply = SupplyConfig(lookahead=lookahead)
+    cfg.supply = SupplyConfig(lookahead=lookahead, horizon=horizon)
     cfg.data.workers = workers
     return cfg

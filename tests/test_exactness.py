@@ -15,17 +15,17 @@ import pytest
 from exactness import CRITEO, base_config, first_difference, run, tiered, trace_stats
 
 DATASETS = ["zipf", "criteo"]
-# (optimizer, policy, capacity, lookahead, workers, host)
+# (optimizer, policy, capacity, lookahead, workers, host, horizon)
 CELLS = [
-    ("sgd", "lru", "min", 0, 0, "100%"),
-    ("sgd", "lfu", "10%", 4, 2, "100%"),
-    ("sgd", "hotness", "100%", 4, 0, "100%"),
-    ("rowwise_adagrad", "lru", "10%", 0, 0, "25%+spill"),
-    ("rowwise_adagrad", "lfu", "100%", 0, 2, "100%"),
-    ("rowwise_adagrad", "hotness", "min", 4, 0, "100%"),
-    ("adam", "lru", "100%", 4, 0, "100%"),
-    ("adam", "lfu", "min", 4, 0, "25%+spill"),
-    ("adam", "hotness", "10%", 0, 2, "100%"),
+    ("sgd", "lru", "min", 0, 0, "100%", 0),
+    ("sgd", "lfu", "10%", 4, 2, "100%", 8),
+    ("sgd", "hotness", "100%", 4, 0, "100%", 0),
+    ("rowwise_adagrad", "lru", "10%", 0, 0, "25%+spill", 0),
+    ("rowwise_adagrad", "lfu", "100%", 0, 2, "100%", 0),
+    ("rowwise_adagrad", "hotness", "min", 4, 0, "100%", 8),
+    ("adam", "lru", "100%", 4, 0, "100%", 0),
+    ("adam", "lfu", "min", 4, 0, "25%+spill", 0),
+    ("adam", "hotness", "10%", 0, 2, "100%", 8),
 ]
 
 
@@ -44,14 +44,15 @@ def stats(dataset: str, lookahead: int):
     return trace_stats(base_config(dataset, "sgd"), lookahead)
 
 
-def cell_config(dataset, optimizer, policy, capacity, lookahead, workers, host):
+def cell_config(dataset, optimizer, policy, capacity, lookahead, workers, host, horizon=0):
     st = stats(dataset, lookahead)
     touched = max(v[0] for v in st.values())
     window = max(v[1] for v in st.values())  # unique rows of lookahead+1 batches
     one_batch = max(v[1] for v in stats(dataset, 0).values())
     rows = {"min": window, "10%": max(touched // 10, one_batch), "100%": touched}[capacity]
     host_rows = None if host == "100%" else max(touched // 4, 2 * rows)
-    cfg = tiered(base_config(dataset, optimizer), rows, lookahead, workers, policy, host_rows)
+    cfg = tiered(base_config(dataset, optimizer), rows, lookahead, workers, policy, host_rows,
+                 horizon)
     return cfg
 
 
@@ -60,7 +61,7 @@ def test_cells_cover_every_value_and_every_policy_optimizer_pair():
     assert set(cols[0]) == {"sgd", "rowwise_adagrad", "adam"}
     assert set(cols[1]) == {"lru", "lfu", "hotness"}
     assert set(cols[2]) == {"min", "10%", "100%"}
-    assert set(cols[3]) == {0, 4} and set(cols[4]) == {0, 2}
+    assert set(cols[3]) == {0, 4} and set(cols[4]) == {0, 2} and set(cols[6]) == {0, 8}
     assert len({(c[0], c[1]) for c in CELLS}) == 9
 
 
@@ -136,7 +137,7 @@ def test_rows_planned_ahead_are_never_evicted_before_their_batch_trains(monkeypa
 
     monkeypatch.setattr(TieredTable, "plan", recording_plan)
     monkeypatch.setattr(TieredTable, "gather", checking_gather)
-    cfg = cell_config("zipf", "sgd", "hotness", "min", 4, 0, "100%")
+    cfg = cell_config("zipf", "sgd", "hotness", "min", 4, 0, "100%", horizon=8)
     got = run(cfg)
     assert all(n == 150 for n in trained.values()) and len(trained) == 2
     assert got.trainer.ec.planner.shrinks == 0  # min capacity = the window: no shrink needed

@@ -70,3 +70,22 @@ def test_idmap_erase_by_backward_shift_keeps_every_other_key_reachable():
         assert np.array_equal(m.lookup(keep), expect)
         m.insert(gone, np.searchsorted(ids, gone).astype(np.int64) * 3)
     assert m.size == ids.shape[0] and int((m.vals >= 0).sum()) == ids.shape[0]
+
+
+def test_future_uses_count_batches_in_the_horizon():
+    from cosparse.store.tier import FutureUses
+
+    rng = np.random.default_rng(5)
+    f = FutureUses()
+    batches = [np.unique(rng.integers(0, 5000, 3000)) for _ in range(6)]
+    for b in batches:  # grows (rehashes) on the way
+        f.add(b, +1)
+    for b in batches[:4]:
+        f.add(b, -1)
+    expect = {}
+    for b in batches[4:]:
+        for x in b.tolist():
+            expect[x] = expect.get(x, 0) + 1
+    live = f.vals > 0
+    got = dict(zip(f.keys[live].tolist(), f.vals[live].tolist(), strict=True))
+    assert got == expect and f.size == len(expect)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -176,6 +177,27 @@ class EmbeddingCollection(nn.Module):
 
     def prepare_and_stage(self, batch: SparseBatch) -> PreparedBatch:
         return self.stage(self.prepare(batch))
+
+    def staged(self, batches: Iterable[SparseBatch], horizon: int = 0) -> Iterator[PreparedBatch]:
+        """Prepare and stage ``batches`` in order, reading ``horizon`` batches beyond the one
+        being planned so that eviction knows which rows those batches will need."""
+        window: deque[PreparedBatch] = deque()
+
+        def leave() -> PreparedBatch:
+            p = window.popleft()
+            for name, tids in p.tables.items():
+                self.tables[name].observe_future(tids.unique, -1)
+            return self.stage(p)
+
+        for batch in batches:
+            p = self.prepare(batch)
+            for name, tids in p.tables.items():
+                self.tables[name].observe_future(tids.unique, +1)
+            window.append(p)
+            if len(window) > horizon:
+                yield leave()
+        while window:
+            yield leave()
 
     # --- lookup -----------------------------------------------------------------------------
     def forward(self, batch: SparseBatch | PreparedBatch) -> dict[str, torch.Tensor]:

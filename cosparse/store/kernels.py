@@ -253,6 +253,60 @@ def map_erase(keys, vals, ids):
     return erased
 
 
+# --- future uses: how many batches beyond the pinned window will need an ID ---------------------
+@numba.njit(cache=True, nogil=True)
+def future_add(keys, vals, ids, delta):
+    """vals[id] += delta for unique ``ids`` (inserting at +1, erasing at 0). Returns the change in
+    the number of keys. ``vals`` holds -1 for empty buckets; the caller keeps load <= 0.7."""
+    mask = np.uint64(keys.shape[0] - 1)
+    change = 0
+    for i in range(ids.shape[0]):
+        k = ids[i]
+        b = _bucket(k, mask)
+        while True:
+            v = vals[b]
+            if v == _EMPTY:
+                if delta > 0:
+                    keys[b] = k
+                    vals[b] = delta
+                    change += 1
+                break
+            if keys[b] == k:
+                v += delta
+                if v > 0:
+                    vals[b] = v
+                else:  # erase with backward shift
+                    hole = b
+                    j = (b + 1) & np.int64(mask)
+                    while vals[j] != _EMPTY:
+                        home = _bucket(keys[j], mask)
+                        if ((j - home) & np.int64(mask)) >= ((j - hole) & np.int64(mask)):
+                            keys[hole] = keys[j]
+                            vals[hole] = vals[j]
+                            hole = j
+                        j = (j + 1) & np.int64(mask)
+                    vals[hole] = _EMPTY
+                    change -= 1
+                break
+            b = (b + 1) & np.int64(mask)
+    return change
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _future(keys, vals, k):
+    if keys.shape[0] == 0:
+        return 0
+    mask = np.uint64(keys.shape[0] - 1)
+    b = _bucket(k, mask)
+    while True:
+        v = vals[b]
+        if v == _EMPTY:
+            return 0
+        if keys[b] == k:
+            return v
+        b = (b + 1) & np.int64(mask)
+
+
 # --- tier metadata: hotness, recency, pins ------------------------------------------------------
 POLICY_LRU = 0
 POLICY_LFU = 1
@@ -282,14 +336,17 @@ def _score(policy, count, last, now, log_decay):
 
 
 @numba.njit(cache=True, nogil=True)
-def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n, out):
+def select_victims(
+    policy, occupied, pins, counts, last, now, log_decay, hand, n, out, slot_ids, fut_keys, fut_vals
+):
     """Pick ``n`` unpinned occupied slots with the lowest policy score by a CLOCK-style sweep.
 
     A strided sample of scores sets a threshold; a sweep from ``hand`` collects up to 2n
     unpinned slots under it (a second sweep takes any unpinned slot if too few); the candidates
     are ordered by (score, sweep position) and the first ``n`` taken; the hand moves on to where
     the sweep stopped. Deterministic. Returns (victims found, new hand); fewer than ``n`` means
-    too many slots are pinned.
+    too many slots are pinned. Rows that a batch in the horizon will need (``fut_keys/vals``, a
+    map ID -> future uses) are passed over, and taken only when nothing else is left.
     """
     cap = occupied.shape[0]
     if n <= 0 or cap == 0:
@@ -314,8 +371,10 @@ def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n
     cscore = np.empty(min(cap, want), dtype=np.float64)
     nc = 0
     stop = hand
-    for rnd in range(2):
-        if rnd == 1:
+    # round 0: under the threshold and not needed by a batch in the horizon; round 1: any score,
+    # still not needed; round 2: needed ones too (the horizon is only a preference, pins are not)
+    for rnd in range(3):
+        if rnd > 0:
             if nc >= n:
                 break
             thr = np.inf
@@ -326,6 +385,8 @@ def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n
             if occupied[s] and pins[s] == 0:
                 sc = _score(policy, counts[s], last[s], now, log_decay)
                 if sc <= thr:
+                    if rnd < 2 and _future(fut_keys, fut_vals, slot_ids[s]) > 0:
+                        continue
                     cand[nc] = s
                     cscore[nc] = sc
                     nc += 1

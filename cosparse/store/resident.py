@@ -91,6 +91,9 @@ class SlabRows:
     def release_all(self) -> None:
         pass
 
+    def observe_future(self, unique: np.ndarray, delta: int) -> None:
+        pass
+
     def flush(self) -> None:
         pass
 

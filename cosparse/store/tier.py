@@ -17,6 +17,32 @@ from cosparse.store.hashmap import IdMap
 POLICIES = {"lru": kernels.POLICY_LRU, "lfu": kernels.POLICY_LFU, "hotness": kernels.POLICY_HOTNESS}
 
 
+class FutureUses:
+    """ID -> number of batches in the planning horizon (beyond the pinned window) that need it."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.vals = np.zeros(0, dtype=np.int32)
+        self.size = 0
+
+    def add(self, ids: np.ndarray, delta: int) -> None:
+        need = self.size + (ids.shape[0] if delta > 0 else 0)
+        if need > 0.7 * self.keys.shape[0]:
+            cap = 1 << max(10, int(need / 0.5).bit_length())
+            old_k, old_v = self.keys, self.vals
+            self.keys = np.zeros(cap, dtype=np.int64)
+            self.vals = np.full(cap, -1, dtype=np.int32)
+            live = old_v > 0
+            self.size = 0
+            for value in np.unique(old_v[live]):  # one batched insert per distinct count
+                sel = old_v == value
+                self.size += int(kernels.future_add(self.keys, self.vals, old_k[sel], int(value)))
+        self.size += int(kernels.future_add(self.keys, self.vals, ids, delta))
+
+    def clear(self) -> None:
+        self.__init__()
+
+
 class Tier:
     """Rows of one table at one level. ``capacity=None`` means unbounded: it starts with
     ``initial_rows`` slots and doubles when full."""
@@ -42,6 +68,7 @@ class Tier:
         self.log_decay = float(np.log(decay)) if policy == "hotness" else 0.0
         self.hand = 0
         self.map = IdMap(expected=capacity or initial_rows)
+        self.future = FutureUses()  # filled only for the device tier, by the planner
         self._alloc(capacity or initial_rows)
 
     def _alloc(self, cap: int) -> None:
@@ -153,7 +180,7 @@ class Tier:
         out = np.empty(max(n, 0), dtype=np.int64)
         found, self.hand = kernels.select_victims(
             self.policy, self.occupied, self.pins, self.counts, self.last, now, self.log_decay,
-            self.hand, n, out,
+            self.hand, n, out, self.slot_ids, self.future.keys, self.future.vals,
         )
         return out[:found]
 

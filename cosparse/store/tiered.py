@@ -285,6 +285,13 @@ class TieredTable(SlabRows):
         with self.lock:
             for seq in sorted(self._pinned):
                 self.release(seq)
+            self.dev.future.clear()
+
+    def observe_future(self, unique: np.ndarray, delta: int) -> None:
+        """A batch enters (+1) or leaves (-1) the planning horizon: its rows are kept on the
+        device in preference to rows no batch in the horizon needs."""
+        with self.lock:
+            self.dev.future.add(unique, delta)
 
     def flush_and_export(self) -> dict[str, np.ndarray]:
         with self.lock:

@@ -167,7 +167,8 @@ class Trainer:
                     self.train_reader, cfg.data.workers, cfg.data.queue_depth,
                     start_batch=self.state.batch_in_epoch,
                 )
-                prefetch = Prefetcher(stream, self.ec.prepare_and_stage, cfg.supply.lookahead)
+                staged = self.ec.staged(stream, cfg.supply.horizon)
+                prefetch = Prefetcher(staged, lambda prepared: prepared, cfg.supply.lookahead)
                 try:
                     for prepared in prefetch:
                         t0 = time.perf_counter()
