@@ -292,19 +292,25 @@ def future_add(keys, vals, ids, delta):
     return change
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _future(keys, vals, k):
+@numba.njit(cache=True, nogil=True)
+def future_get(keys, vals, ids, out):
+    """out[i] = future uses of ids[i] (0 when absent)."""
     if keys.shape[0] == 0:
-        return 0
+        out[:] = 0
+        return
     mask = np.uint64(keys.shape[0] - 1)
-    b = _bucket(k, mask)
-    while True:
-        v = vals[b]
-        if v == _EMPTY:
-            return 0
-        if keys[b] == k:
-            return v
-        b = (b + 1) & np.int64(mask)
+    for i in range(ids.shape[0]):
+        k = ids[i]
+        b = _bucket(k, mask)
+        out[i] = 0
+        while True:
+            v = vals[b]
+            if v == _EMPTY:
+                break
+            if keys[b] == k:
+                out[i] = v
+                break
+            b = (b + 1) & np.int64(mask)
 
 
 # --- tier metadata: hotness, recency, pins ------------------------------------------------------
@@ -336,17 +342,15 @@ def _score(policy, count, last, now, log_decay):
 
 
 @numba.njit(cache=True, nogil=True)
-def select_victims(
-    policy, occupied, pins, counts, last, now, log_decay, hand, n, out, slot_ids, fut_keys, fut_vals
-):
+def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n, out, wanted):
     """Pick ``n`` unpinned occupied slots with the lowest policy score by a CLOCK-style sweep.
 
     A strided sample of scores sets a threshold; a sweep from ``hand`` collects up to 2n
     unpinned slots under it (a second sweep takes any unpinned slot if too few); the candidates
     are ordered by (score, sweep position) and the first ``n`` taken; the hand moves on to where
     the sweep stopped. Deterministic. Returns (victims found, new hand); fewer than ``n`` means
-    too many slots are pinned. Rows that a batch in the horizon will need (``fut_keys/vals``, a
-    map ID -> future uses) are passed over, and taken only when nothing else is left.
+    too many slots are pinned. Rows that a batch in the horizon will need (``wanted`` > 0) are
+    passed over, and taken only when nothing else is left.
     """
     cap = occupied.shape[0]
     if n <= 0 or cap == 0:
@@ -358,13 +362,14 @@ def select_victims(
     ns = 0
     for i in range(n_sample):
         s = (hand + i * stride) % cap
-        if occupied[s] and pins[s] == 0:
+        if occupied[s] and pins[s] == 0 and wanted[s] == 0:
             sample[ns] = _score(policy, counts[s], last[s], now, log_decay)
             ns += 1
     thr = np.inf
     if ns > 0:
         sample = np.sort(sample[:ns])
-        frac = min(1.0, 2.0 * n / cap + 8.0 / ns)
+        # the quantile that holds about 2n of the evictable slots
+        frac = min(1.0, 2.0 * n / (cap * ns / n_sample) + 8.0 / ns)
         thr = sample[min(ns - 1, int(frac * ns))]
     want = 2 * n  # collect twice what is needed, then keep the lowest scores
     cand = np.empty(min(cap, want), dtype=np.int64)
@@ -385,7 +390,7 @@ def select_victims(
             if occupied[s] and pins[s] == 0:
                 sc = _score(policy, counts[s], last[s], now, log_decay)
                 if sc <= thr:
-                    if rnd < 2 and _future(fut_keys, fut_vals, slot_ids[s]) > 0:
+                    if rnd < 2 and wanted[s] > 0:
                         continue
                     cand[nc] = s
                     cscore[nc] = sc

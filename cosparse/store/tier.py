@@ -39,6 +39,11 @@ class FutureUses:
                 self.size += int(kernels.future_add(self.keys, self.vals, old_k[sel], int(value)))
         self.size += int(kernels.future_add(self.keys, self.vals, ids, delta))
 
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        out = np.empty(ids.shape[0], dtype=np.int32)
+        kernels.future_get(self.keys, self.vals, ids, out)
+        return out
+
     def clear(self) -> None:
         self.__init__()
 
@@ -76,6 +81,7 @@ class Tier:
         self.occupied = np.zeros(cap, dtype=np.bool_)
         self.dirty = np.zeros(cap, dtype=np.bool_)
         self.pins = np.zeros(cap, dtype=np.int32)
+        self.wanted = np.zeros(cap, dtype=np.int32)  # batches in the horizon that need the row
         self.counts = np.zeros(cap, dtype=np.float32)
         self.last = np.zeros(cap, dtype=np.int64)
         self.free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pops 0, 1, 2, ...
@@ -99,11 +105,13 @@ class Tier:
     def _grow(self, need: int) -> None:
         old_cap = self.capacity
         cap = max(2 * old_cap, old_cap + need)
-        arrays = (self.slot_ids, self.occupied, self.dirty, self.pins, self.counts, self.last)
+        arrays = (self.slot_ids, self.occupied, self.dirty, self.pins, self.wanted, self.counts,
+                  self.last)
         old_slab, old_free = self.slab, self.free[: self.n_free].copy()
         self._alloc(cap)
         for new, old in zip(
-            (self.slot_ids, self.occupied, self.dirty, self.pins, self.counts, self.last),
+            (self.slot_ids, self.occupied, self.dirty, self.pins, self.wanted, self.counts,
+             self.last),
             arrays, strict=True,
         ):
             new[:old_cap] = old
@@ -136,6 +144,7 @@ class Tier:
         self.occupied[slots] = True
         self.dirty[slots] = dirty
         self.pins[slots] = 0
+        self.wanted[slots] = 0
         self.counts[slots] = counts
         self.last[slots] = last
         if rows is not None:
@@ -180,7 +189,7 @@ class Tier:
         out = np.empty(max(n, 0), dtype=np.int64)
         found, self.hand = kernels.select_victims(
             self.policy, self.occupied, self.pins, self.counts, self.last, now, self.log_decay,
-            self.hand, n, out, self.slot_ids, self.future.keys, self.future.vals,
+            self.hand, n, out, self.wanted,
         )
         return out[:found]
 

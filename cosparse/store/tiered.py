@@ -158,6 +158,8 @@ class TieredTable(SlabRows):
                 dev.write(dst[rest], fresh)
                 c.bytes_host_device += fresh.nbytes
         dev.put(ids, dst, None, counts, last, dirty)
+        if dev.future.size:
+            dev.wanted[dst] = dev.future.get(ids)
 
     def _evict_device(self, victims: np.ndarray, seq: int) -> None:
         dev, c = self.dev, self.counters
@@ -286,12 +288,15 @@ class TieredTable(SlabRows):
             for seq in sorted(self._pinned):
                 self.release(seq)
             self.dev.future.clear()
+            self.dev.wanted[:] = 0
 
     def observe_future(self, unique: np.ndarray, delta: int) -> None:
         """A batch enters (+1) or leaves (-1) the planning horizon: its rows are kept on the
         device in preference to rows no batch in the horizon needs."""
         with self.lock:
             self.dev.future.add(unique, delta)
+            s = self.dev.lookup(unique)
+            kernels.add_pins(s[s >= 0], self.dev.wanted, delta)
 
     def flush_and_export(self) -> dict[str, np.ndarray]:
         with self.lock:
