@@ -89,3 +89,33 @@ def test_future_uses_count_batches_in_the_horizon():
     live = f.vals > 0
     got = dict(zip(f.keys[live].tolist(), f.vals[live].tolist(), strict=True))
     assert got == expect and f.size == len(expect)
+
+
+def test_wanted_counts_match_the_horizon_after_planning():
+    """Per device slot, ``wanted`` = batches in the horizon that need the row, kept exact through
+    fetches, evictions and batches leaving the horizon."""
+    import torch
+
+    from cosparse.config import TableConfig
+    from cosparse.store.tiered import TieredTable
+
+    rng = np.random.default_rng(6)
+    table = TieredTable(TableConfig(name="t", dim=4, features=["a"]), torch.device("cpu"),
+                        device_rows=300, host_rows=None, spill=False)
+    batches = [np.unique(rng.zipf(1.3, 120) % 1000).astype(np.int64) for _ in range(30)]
+    horizon = 5
+    for b in batches[:horizon]:
+        table.observe_future(b, +1)
+    for seq, b in enumerate(batches):
+        table.observe_future(b, -1)
+        table.plan(b, seq, lambda: False)
+        table.release(seq)
+        if seq + horizon < len(batches):
+            table.observe_future(batches[seq + horizon], +1)
+        window = batches[seq + 1 : seq + 1 + horizon]
+        dev = table.dev
+        occ = dev.occupied_slots()
+        expect = np.zeros(occ.shape[0], dtype=np.int32)
+        for w in window:
+            expect += np.isin(dev.slot_ids[occ], w)
+        assert np.array_equal(dev.wanted[occ], expect), seq

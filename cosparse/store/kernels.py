@@ -369,9 +369,9 @@ def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n
     if ns > 0:
         sample = np.sort(sample[:ns])
         # the quantile that holds about 2n of the evictable slots
-        frac = min(1.0, 2.0 * n / (cap * ns / n_sample) + 8.0 / ns)
+        frac = min(1.0, 4.0 * n / (cap * ns / n_sample) + 8.0 / ns)
         thr = sample[min(ns - 1, int(frac * ns))]
-    want = 2 * n  # collect twice what is needed, then keep the lowest scores
+    want = n + n // 4 + 16  # collect a little more than needed, then keep the lowest scores
     cand = np.empty(min(cap, want), dtype=np.int64)
     cscore = np.empty(min(cap, want), dtype=np.float64)
     nc = 0

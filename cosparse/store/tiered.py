@@ -54,6 +54,7 @@ class TieredTable(SlabRows):
         self.backing = Tier("backing", None, self.width, cpu, "lfu", decay, start) if spill else None
         self.counters = TableCounters()
         self.ttl_steps = ttl_steps
+        self._unwant_in_plan = False
         self.lock = threading.RLock()
         self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned
         self._w_buf = torch.empty(0, self.dim, device=device)
@@ -96,6 +97,9 @@ class TieredTable(SlabRows):
             slots = dev.lookup(unique)
             hit = slots >= 0
             kernels.add_pins(slots[hit], dev.pins, 1)
+            if self._unwant_in_plan:  # this batch just left the horizon
+                kernels.add_pins(slots[hit], dev.wanted, -1)
+                self._unwant_in_plan = False
             miss_ids = unique[~hit]
             n_miss = miss_ids.shape[0]
             c.lookups += unique.shape[0]
@@ -289,14 +293,21 @@ class TieredTable(SlabRows):
                 self.release(seq)
             self.dev.future.clear()
             self.dev.wanted[:] = 0
+            self._unwant_in_plan = False
 
     def observe_future(self, unique: np.ndarray, delta: int) -> None:
         """A batch enters (+1) or leaves (-1) the planning horizon: its rows are kept on the
-        device in preference to rows no batch in the horizon needs."""
+        device in preference to rows no batch in the horizon needs.
+
+        A batch leaves the horizon right before it is planned, so the device rows it no longer
+        wants are found by that plan's own lookup (no second lookup here)."""
         with self.lock:
             self.dev.future.add(unique, delta)
-            s = self.dev.lookup(unique)
-            kernels.add_pins(s[s >= 0], self.dev.wanted, delta)
+            if delta > 0:
+                s = self.dev.lookup(unique)
+                kernels.add_pins(s[s >= 0], self.dev.wanted, delta)
+            else:
+                self._unwant_in_plan = True
 
     def flush_and_export(self) -> dict[str, np.ndarray]:
         with self.lock:
