@@ -1,10 +1,11 @@
-"""EmbeddingCollection: the one object the trainer sees per set of tables.
+"""EmbeddingCollection: the one object the trainer sees per set of tables, whatever the placement.
 
-``prepare`` does the host-side ID work of a batch (dedup, inverse and transposed index) and is a
-pure function of the batch, so it can run ahead. ``forward`` maps unique IDs to slots (creating
-rows on first sight), gathers the unique rows into a compact buffer and pools them.
-``apply_gradients`` runs the fused sparse optimizer on the rows of the last forward, writing them
-back where they live.
+``prepare`` does the host-side ID work of a batch (dedup, inverse and transposed index): a pure
+function of the batch, so it can run ahead. ``stage`` plans a training batch in order: it maps the
+unique IDs to device slots, creating rows on first sight or bringing them up from lower tiers,
+and pins them (``staged`` does both for a stream, reading a horizon of batches ahead).
+``forward`` gathers the unique rows into a compact buffer and pools them. ``apply_gradients``
+runs the fused sparse optimizer on the rows of the last forward, writing them back in place.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import torch
 from torch import nn
 
 from cosparse.batch import SparseBatch
-from cosparse.config import TableConfig
+from cosparse.config import ConfigError, TableConfig
 from cosparse.nn.pooled_lookup import pooled_lookup
+from cosparse.optim import state_width
 from cosparse.store.admission import Admission
 from cosparse.store.dedup import Deduper, TableIds
 from cosparse.store.planner import CachePlanner
-from cosparse.store.resident import ResidentTable
+from cosparse.store.resident import ResidentTable, SlabRows
 from cosparse.store.tiered import TieredTable
 from cosparse.store.types import TableCounters
 
@@ -56,14 +58,15 @@ class TierPlan:
 
 @dataclass
 class _Pending:
-    table: ResidentTable
+    table: SlabRows
     weights: torch.Tensor  # leaf whose .grad receives the row gradients
     state: torch.Tensor
     slots: np.ndarray
 
 
 class EmbeddingCollection(nn.Module):
-    """Pooled embeddings for every feature of ``tables``, rows held in resident tables."""
+    """Pooled embeddings for every feature of ``tables``; rows all-resident, or in tiers for the
+    tables that ``tiers`` names."""
 
     def __init__(
         self,
@@ -108,9 +111,6 @@ class EmbeddingCollection(nn.Module):
     @staticmethod
     def _budget_shares(tables: list[TableConfig], budget: int) -> dict[str, int]:
         """Split the budget by declared row bytes; fail at start-up if declared sizes overflow it."""
-        from cosparse.config import ConfigError
-        from cosparse.optim import state_width
-
         need = {
             t.name: (t.num_embeddings or 0) * 4 * (t.dim + state_width(t.optimizer.kind, t.dim))
             for t in tables
