@@ -179,3 +179,23 @@ def test_interrupted_checkpoint_write_leaves_the_previous_one(tmp_path, monkeypa
     assert not list(root.glob(".tmp-*"))
     state, _, tables, _ = ckpt.load_checkpoint(root)
     assert state.step == 4 and set(tables) == {"a", "b"}
+
+
+def test_tier_metrics_per_table_and_overall(tmp_path):
+    from cosparse.config import StoreConfig, TierConfig
+
+    cfg = _synthetic_cfg(tmp_path, 10)
+    cfg.store = StoreConfig(device=TierConfig(rows=1500))
+    t = Trainer(cfg)
+    t.run()
+    t.close()
+    train = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    last = [r for r in train if r["kind"] == "train"][-1]
+    for name in ("a", "b"):
+        assert 0.0 <= last[f"hit_rate.device.{name}"] <= 1.0
+        assert last[f"bytes.device_host.{name}"] >= 0
+        assert last[f"evictions.device.{name}"] >= 0
+    assert last["evictions.device"] == last["evictions.device.a"] + last["evictions.device.b"]
+    assert last["evictions.device"] > 0 and last["bytes.device_host"] > 0
+    assert 0.0 < last["hbm_share"] <= 1.0
+    assert "lookahead_shrinks" in last

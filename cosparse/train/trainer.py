@@ -242,6 +242,10 @@ class Trainer:
             if d["lookups"]:
                 out[f"hit_rate.device.{name}"] = d["device_hits"] / d["lookups"]
                 out[f"hit_rate.host.{name}"] = d["host_hits"] / d["lookups"]
+            out[f"bytes.host_device.{name}"] = d["bytes_host_device"]
+            out[f"bytes.device_host.{name}"] = d["bytes_device_host"]
+            out[f"evictions.device.{name}"] = d["evictions_device"]
+            out[f"evictions.host.{name}"] = d["evictions_host"]
         if totals["lookups"]:
             out["hit_rate.device"] = totals["device_hits"] / totals["lookups"]
             out["hit_rate.host"] = totals["host_hits"] / totals["lookups"]
