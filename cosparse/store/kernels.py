@@ -222,31 +222,33 @@ def map_insert(keys, vals, ids, slots):
         vals[b] = slots[i]
 
 
+@numba.njit(inline="always")
+def _erase_at(keys, vals, b, mask):
+    """Empty bucket ``b`` by backward-shift deletion: later members of its probe run move back
+    into the hole unless their home bucket lies cyclically in (hole, j]. No tombstones."""
+    hole = b
+    j = (b + 1) & np.int64(mask)
+    while vals[j] != _EMPTY:
+        home = _bucket(keys[j], mask)
+        if ((j - home) & np.int64(mask)) >= ((j - hole) & np.int64(mask)):
+            keys[hole] = keys[j]
+            vals[hole] = vals[j]
+            hole = j
+        j = (j + 1) & np.int64(mask)
+    vals[hole] = _EMPTY
+
+
 @numba.njit(cache=True, nogil=True)
 def map_erase(keys, vals, ids):
-    """Erase ids by backward-shift deletion (no tombstones). Returns the number erased."""
-    n_cap = keys.shape[0]
-    mask = np.uint64(n_cap - 1)
+    """Erase ids (backward-shift deletion). Returns the number erased."""
+    mask = np.uint64(keys.shape[0] - 1)
     erased = 0
     for i in range(ids.shape[0]):
         k = ids[i]
         b = _bucket(k, mask)
-        while True:
-            if vals[b] == _EMPTY:
-                break
+        while vals[b] != _EMPTY:
             if keys[b] == k:
-                # shift later members of the probe run back into the hole
-                hole = b
-                j = (b + 1) & np.int64(mask)
-                while vals[j] != _EMPTY:
-                    home = _bucket(keys[j], mask)
-                    # move j into hole if its home is not cyclically in (hole, j]
-                    if ((j - home) & np.int64(mask)) >= ((j - hole) & np.int64(mask)):
-                        keys[hole] = keys[j]
-                        vals[hole] = vals[j]
-                        hole = j
-                    j = (j + 1) & np.int64(mask)
-                vals[hole] = _EMPTY
+                _erase_at(keys, vals, b, mask)
                 erased += 1
                 break
             b = (b + 1) & np.int64(mask)
@@ -275,17 +277,8 @@ def future_add(keys, vals, ids, delta):
                 v += delta
                 if v > 0:
                     vals[b] = v
-                else:  # erase with backward shift
-                    hole = b
-                    j = (b + 1) & np.int64(mask)
-                    while vals[j] != _EMPTY:
-                        home = _bucket(keys[j], mask)
-                        if ((j - home) & np.int64(mask)) >= ((j - hole) & np.int64(mask)):
-                            keys[hole] = keys[j]
-                            vals[hole] = vals[j]
-                            hole = j
-                        j = (j + 1) & np.int64(mask)
-                    vals[hole] = _EMPTY
+                else:
+                    _erase_at(keys, vals, b, mask)
                     change -= 1
                 break
             b = (b + 1) & np.int64(mask)

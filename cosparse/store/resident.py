@@ -38,12 +38,16 @@ def initial_rows(
 class SlabRows:
     """Gather and optimizer update through a device slab: shared by every table placement."""
 
-    dim: int
-    width: int
-    device: torch.device
-    optimizer: SparseOptimizer
-    _w_buf: torch.Tensor
-    _s_buf: torch.Tensor
+    def _init_layout(self, cfg: TableConfig, device: torch.device) -> None:
+        """The row layout: values then optimizer state, side by side; reused gather buffers."""
+        self.cfg = cfg
+        self.device = device
+        self.optimizer = SparseOptimizer(cfg.optimizer)
+        self.dim = cfg.dim
+        self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
+        self.row_bytes = 4 * self.width
+        self._w_buf = torch.empty(0, self.dim, device=device)
+        self._s_buf = torch.empty(0, self.width - self.dim, device=device)
 
     @property
     def slab_array(self) -> np.ndarray | None:
@@ -111,12 +115,7 @@ class ResidentTable(SlabRows):
         device: torch.device,
         max_bytes: int | None = None,
     ) -> None:
-        self.cfg = cfg
-        self.device = device
-        self.optimizer = SparseOptimizer(cfg.optimizer)
-        self.dim = cfg.dim
-        self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
-        self.row_bytes = 4 * self.width
+        self._init_layout(cfg, device)
         self.max_bytes = max_bytes
         self.ids = IdMap(expected=cfg.num_embeddings or 65536)
         rows = cfg.num_embeddings or 65536
@@ -124,8 +123,6 @@ class ResidentTable(SlabRows):
             rows = max(1, min(rows, max_bytes // self.row_bytes))
         self._slab_np: np.ndarray | None = None
         self.slab = self._alloc(rows)
-        self._w_buf = torch.empty(0, self.dim, device=device)
-        self._s_buf = torch.empty(0, self.width - self.dim, device=device)
 
     # --- storage ------------------------------------------------------------------------
     @property

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from cosparse.config import TableConfig
-from cosparse.optim import SparseOptimizer
 from cosparse.store import kernels
 from cosparse.store.resident import SlabRows, initial_rows
 from cosparse.store.tier import Tier
@@ -41,12 +40,7 @@ class TieredTable(SlabRows):
     ) -> None:
         if host_rows is not None and not spill and host_rows <= 0:
             raise CapacityError(f"table '{cfg.name}': store.host needs rows")
-        self.cfg = cfg
-        self.device = device
-        self.optimizer = SparseOptimizer(cfg.optimizer)
-        self.dim = cfg.dim
-        self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
-        self.row_bytes = 4 * self.width
+        self._init_layout(cfg, device)
         self.dev = Tier("device", device_rows, self.width, device, device_policy, decay)
         cpu = torch.device("cpu")
         start = 4 * device_rows  # unbounded tiers start here and double
@@ -57,8 +51,6 @@ class TieredTable(SlabRows):
         self._unwant_in_plan = False
         self.lock = threading.RLock()
         self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned
-        self._w_buf = torch.empty(0, self.dim, device=device)
-        self._s_buf = torch.empty(0, self.width - self.dim, device=device)
 
     # --- the same ID and row interface as ResidentTable ---------------------------------------
     def map_ids(self, ids: np.ndarray) -> np.ndarray:
