@@ -1,4 +1,5 @@
-"""Command line: ``cosparse train`` and ``cosparse plan`` (more subcommands arrive with their issues)."""
+"""Command line: ``cosparse train``, ``cosparse plan`` and ``cosparse ps serve|keygen`` (more
+subcommands arrive with their issues)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,55 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ps_serve(args: argparse.Namespace) -> int:
+    from cosparse.ps.server import ServeOptions, read_key_file, serve
+
+    try:
+        key = read_key_file(args.auth_key) if args.auth_key else None
+    except (OSError, ValueError) as e:
+        print(f"cosparse: error: --auth-key: {e}", file=sys.stderr)
+        return 2
+    return serve(ServeOptions(
+        shard=args.shard, num_shards=args.num_shards, bind=args.bind, data_dir=args.data_dir,
+        config=args.config, auth_key=key, curve_secret=args.curve_secret,
+        ready_file=args.ready_file, parent_pid=args.parent_pid,
+    ))
+
+
+def _ps_keygen(args: argparse.Namespace) -> int:
+    from cosparse.ps.server import keygen
+
+    try:
+        paths = keygen(args.out)
+    except (OSError, RuntimeError) as e:
+        print(f"cosparse: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(paths, sort_keys=True))
+    return 0
+
+
+def _add_ps(sub: argparse._SubParsersAction) -> None:
+    ps = sub.add_parser("ps", help="parameter server: serve a shard, create keys")
+    pss = ps.add_subparsers(dest="ps_command", required=True)
+    s = pss.add_parser("serve", help="run one parameter-server shard")
+    s.add_argument("--shard", type=int, required=True, help="this shard's index I")
+    s.add_argument("--num-shards", type=int, required=True, help="N: shard I owns mix64(id) %% N == I")
+    s.add_argument("--bind", default="127.0.0.1:0",
+                   help="ADDR:PORT (default 127.0.0.1, port 0: a free one); non-loopback needs auth")
+    s.add_argument("--data-dir", required=True, help="snapshots are written here and restored on start")
+    s.add_argument("--config", default=None, help="YAML config whose `tables` the shard serves")
+    auth = s.add_mutually_exclusive_group()
+    auth.add_argument("--auth-key", default=None, help="file with a shared secret: HMAC-SHA256 per request")
+    auth.add_argument("--curve-secret", default=None,
+                      help="CURVE server secret key file (from `cosparse ps keygen`)")
+    s.add_argument("--ready-file", default=None, help="write the bound endpoint here once serving")
+    s.add_argument("--parent-pid", type=int, default=None, help="exit when this parent process is gone")
+    s.set_defaults(func=_ps_serve)
+    k = pss.add_parser("keygen", help="create CURVE key pairs and an HMAC secret")
+    k.add_argument("--out", required=True, help="directory for the keys")
+    k.set_defaults(func=_ps_keygen)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cosparse", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -91,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--decay", type=float, default=0.99, help="hotness decay per batch")
     pl.add_argument("--no-progress", action="store_true", help="no progress bars")
     pl.set_defaults(func=_plan)
+    _add_ps(sub)
     return p
 
 

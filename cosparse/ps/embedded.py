@@ -1,0 +1,171 @@
+"""EmbeddedShards: local ``cosparse ps serve`` subprocesses for the embedded default.
+
+Spawns ``num_shards`` real server processes on free loopback ports (each binds port 0 and writes
+its endpoint to a ready file), waits until every one answers PING, registers the tables, and
+stops them (SIGTERM, then SIGKILL) on ``close()``, on context exit, at interpreter exit, and when
+the parent dies (``PR_SET_PDEATHSIG`` on Linux, plus the server's own parent-pid watch).
+``check()`` is the process watch: it raises ``PSUnavailable`` naming the shard and endpoint of an
+embedded process that has exited.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+
+from cosparse.config import TableConfig
+from cosparse.ps.client import PSClient, PSUnavailable
+
+_LIVE: weakref.WeakSet[EmbeddedShards] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for shards in list(_LIVE):
+        shards.close()
+
+
+atexit.register(_close_all)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class EmbeddedShards:
+    """``num_shards`` local shard processes with data under ``data_dir/shard-<i>``.
+
+    ``auth_key_file`` (HMAC secret) or ``curve_dir`` (keys from ``cosparse ps keygen``) turn on
+    authentication; ``client()`` then authenticates the same way.
+    """
+
+    def __init__(
+        self,
+        num_shards: int,
+        tables: list[TableConfig] | None = None,
+        data_dir: str | Path = "ps-data",
+        config: str | Path | None = None,
+        auth_key_file: str | Path | None = None,
+        curve_dir: str | Path | None = None,
+        start_timeout_s: float = 60.0,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        if num_shards < 1:
+            raise ValueError("num_shards must be >= 1")
+        self.num_shards = num_shards
+        self.data_dir = Path(data_dir)
+        self.auth_key_file = auth_key_file
+        self.curve_dir = Path(curve_dir) if curve_dir is not None else None
+        self.procs: list[subprocess.Popen] = []
+        self.endpoints: list[str] = []
+        self._closed = False
+        _LIVE.add(self)
+        try:
+            self._start(config, start_timeout_s, extra_args or [])
+            if tables:
+                with self.client() as c:
+                    c.register(tables)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, config: str | Path | None, timeout_s: float, extra: list[str]) -> None:
+        ready = []
+        for i in range(self.num_shards):
+            d = self.data_dir / f"shard-{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            rf = d / "endpoint"
+            rf.unlink(missing_ok=True)
+            cmd = [sys.executable, "-m", "cosparse.cli", "ps", "serve", "--shard", str(i),
+                   "--num-shards", str(self.num_shards), "--bind", "127.0.0.1:0",
+                   "--data-dir", str(d), "--ready-file", str(rf), "--parent-pid", str(os.getpid())]
+            if config is not None:
+                cmd += ["--config", str(config)]
+            if self.auth_key_file is not None:
+                cmd += ["--auth-key", str(self.auth_key_file)]
+            if self.curve_dir is not None:
+                cmd += ["--curve-secret", str(self.curve_dir / "server.key_secret")]
+            log = open(d / "server.log", "ab")  # noqa: SIM115 - closed after Popen took it
+            try:
+                self.procs.append(subprocess.Popen(cmd + extra, stdin=subprocess.DEVNULL, stdout=log,
+                                                   stderr=log, preexec_fn=_die_with_parent))
+            finally:
+                log.close()
+            ready.append(rf)
+        deadline = time.monotonic() + timeout_s
+        for i, rf in enumerate(ready):
+            while not rf.exists():
+                rc = self.procs[i].poll()
+                if rc is not None:
+                    raise PSUnavailable(i, "(not started)", f"process exited with code {rc} during "
+                                                            f"start-up: {self._log_tail(i)}")
+                if time.monotonic() > deadline:
+                    raise PSUnavailable(i, "(not started)", f"no endpoint after {timeout_s:g} s")
+                time.sleep(0.02)
+            self.endpoints.append(rf.read_text().strip())
+        with self.client(timeout_s=max(1.0, deadline - time.monotonic())) as c:
+            c.ping()
+
+    def _log_tail(self, i: int) -> str:
+        try:
+            return (self.data_dir / f"shard-{i}" / "server.log").read_text()[-2000:].strip()
+        except OSError:
+            return ""
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def client(self, timeout_s: float = 30.0, heartbeat_s: float = 1.0) -> PSClient:
+        """A client of these shards, with this process watch attached."""
+        curve = None
+        if self.curve_dir is not None:
+            curve = (self.curve_dir / "clients" / "client.key_secret", self.curve_dir / "server.key")
+        return PSClient(self.endpoints, timeout_s=timeout_s, heartbeat_s=heartbeat_s,
+                        auth_key=self.auth_key_file, curve=curve, watch=self.check)
+
+    def check(self) -> None:
+        """Process watch: raise ``PSUnavailable`` for the first embedded shard that has exited."""
+        for i, p in enumerate(self.procs):
+            rc = p.poll()
+            if rc is not None and not self._closed:
+                ep = self.endpoints[i] if i < len(self.endpoints) else "(not started)"
+                raise PSUnavailable(i, ep, f"embedded shard process {p.pid} exited with code {rc}")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop every shard (SIGTERM, then SIGKILL after ``timeout_s``) and reap it."""
+        self._closed = True
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.terminate()
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + timeout_s
+        for p in self.procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        _LIVE.discard(self)
+
+    def __enter__(self) -> EmbeddedShards:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()

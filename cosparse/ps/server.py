@@ -1,0 +1,269 @@
+"""The parameter-server shard process: a ZeroMQ ROUTER socket in front of a ``Shard``.
+
+``cosparse ps serve --shard I --num-shards N --bind ADDR:PORT --data-dir DIR`` runs ``serve``.
+Requests are handled one at a time, in arrival order; the messages already waiting when a batch
+is drained are the queue depth reported by STATS. Any malformed or refused request gets an error
+reply (never a crash). The server binds 127.0.0.1 by default; a non-loopback bind needs
+authentication (an HMAC shared secret, ``--auth-key FILE``, or CURVE, ``--curve-secret FILE``).
+On start it restores the newest snapshot chain in ``--data-dir``; SNAPSHOT requests write there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+import zmq
+
+from cosparse.config import ConfigError
+from cosparse.ps import protocol as P
+from cosparse.ps.shard import NAME_RE, Shard, ShardError, SnapshotError, table_config_from_dict
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+@dataclass
+class ServeOptions:
+    shard: int
+    num_shards: int
+    bind: str = "127.0.0.1:0"
+    data_dir: str = "ps-data"
+    config: str | None = None
+    auth_key: bytes | None = None
+    curve_secret: str | None = None
+    ready_file: str | None = None
+    parent_pid: int | None = None
+
+
+def read_key_file(path: str | Path) -> bytes:
+    """A shared HMAC secret from a file (whitespace stripped; at least 16 bytes)."""
+    key = Path(path).read_bytes().strip()
+    if len(key) < 16:
+        raise ValueError(f"{path}: an HMAC key needs at least 16 bytes")
+    return key
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--bind {bind!r}: expected ADDR:PORT (port 0 picks a free one)")
+    return host, int(port)
+
+
+def tables_from_yaml(path: str | Path) -> list:
+    """The ``tables`` section of a cosparse YAML config (other sections are ignored here)."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    tables = raw.get("tables") if isinstance(raw, dict) else None
+    if not isinstance(tables, list):
+        raise ConfigError(f"{path}: no 'tables' list")
+    return [table_config_from_dict(t) for t in tables]
+
+
+class Server:
+    """The request loop of one shard."""
+
+    def __init__(self, opts: ServeOptions) -> None:
+        host, port = split_bind(opts.bind)
+        if host not in LOOPBACK and opts.auth_key is None and opts.curve_secret is None:
+            raise ValueError(f"--bind {opts.bind}: a non-loopback bind requires authentication "
+                             "(--auth-key FILE or --curve-secret FILE)")
+        self.opts = opts
+        self.shard = Shard(opts.shard, opts.num_shards)
+        self.data_dir = Path(opts.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.restored = self.shard.restore(self.data_dir)
+        if opts.config:
+            self.shard.register(tables_from_yaml(opts.config))
+        self.key = opts.auth_key
+        self.ctx = zmq.Context()
+        self.auth = None
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        if opts.curve_secret:
+            self._setup_curve(opts.curve_secret)
+        addr = f"tcp://{host}:{'*' if port == 0 else port}"
+        self.sock.bind(addr)
+        self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.running = True
+        self.stats = {"requests": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0,
+                      "queue_depth": 0, "max_queue_depth": 0, "busy_s": 0.0}
+
+    def _setup_curve(self, secret_file: str) -> None:
+        from zmq.auth import load_certificate
+        from zmq.auth.thread import ThreadAuthenticator
+
+        if not zmq.has("curve"):
+            raise RuntimeError("this libzmq has no CURVE support; use --auth-key")
+        public, secret = load_certificate(secret_file)
+        if secret is None:
+            raise ValueError(f"{secret_file}: not a CURVE secret key file")
+        self.auth = ThreadAuthenticator(self.ctx)
+        self.auth.start()
+        clients = Path(secret_file).parent / "clients"
+        # only client public keys in <keydir>/clients may connect
+        self.auth.configure_curve(domain="*", location=str(clients))
+        self.sock.curve_secretkey = secret
+        self.sock.curve_publickey = public
+        self.sock.curve_server = True
+
+    # --- loop -------------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        if self.opts.ready_file:
+            tmp = self.opts.ready_file + ".tmp"
+            Path(tmp).write_text(self.endpoint)
+            os.replace(tmp, self.opts.ready_file)
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while self.running:
+            if not poller.poll(200):
+                if self.opts.parent_pid and os.getppid() != self.opts.parent_pid:
+                    break  # the process that started us is gone
+                continue
+            batch = []
+            while len(batch) < 1024:
+                try:
+                    batch.append(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
+                except zmq.Again:
+                    break
+            self.stats["queue_depth"] = len(batch)
+            self.stats["max_queue_depth"] = max(self.stats["max_queue_depth"], len(batch))
+            for frames in batch:
+                self._handle(frames)
+                if not self.running:
+                    break
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close(0)
+        if self.auth is not None:
+            self.auth.stop()
+        self.ctx.term()
+
+    def _handle(self, frames: list) -> None:
+        t0 = time.perf_counter()
+        self.stats["requests"] += 1
+        self.stats["bytes_in"] += P.frames_nbytes(frames)
+        if len(frames) < 2:  # no identity + payload: nothing we can answer
+            self.stats["errors"] += 1
+            return
+        ident, body = frames[0], frames[1:]
+        try:
+            req = P.decode(body, self.key)
+            reply = self._dispatch(req)
+        except P.ProtocolError as e:
+            reply = self._error(e.code, str(e), e.request_id or P.peek_request_id(body), 0)
+        except ShardError as e:
+            code = {"table": P.E_UNKNOWN_TABLE, "owner": P.E_NOT_OWNER}.get(e.kind, P.E_BAD_REQUEST)
+            reply = self._error(code, str(e), req.request_id, req.op)
+        except (ConfigError, SnapshotError, ValueError) as e:
+            reply = self._error(P.E_BAD_REQUEST, str(e), req.request_id, req.op)
+        except Exception as e:  # noqa: BLE001 - the server must stay alive
+            reply = self._error(P.E_INTERNAL, f"{type(e).__name__}: {e}", P.peek_request_id(body), 0)
+        key = self.key if reply.error != P.E_AUTH else None
+        out = P.encode(reply, key)
+        self.stats["bytes_out"] += P.frames_nbytes(out)
+        self.sock.send_multipart([ident, *out], copy=False)
+        self.stats["busy_s"] += time.perf_counter() - t0
+
+    def _error(self, code: int, text: str, rid: int, op: int) -> P.Message:
+        self.stats["errors"] += 1
+        return P.Message(op=op, request_id=rid, flags=P.FLAG_REPLY, error=code, text=text)
+
+    def _dispatch(self, req: P.Message) -> P.Message:
+        op, a = req.op, req.arrays
+        rep = P.Message(op=op, request_id=req.request_id, flags=P.FLAG_REPLY)
+        sh = self.shard
+        if op == P.OP_PING:
+            rep.arg = sh.index
+            rep.text = json.dumps({"shard": sh.index, "num_shards": sh.num_shards, "pid": os.getpid()})
+        elif op == P.OP_REGISTER:
+            try:
+                docs = json.loads(req.text)
+            except ValueError as e:
+                raise ShardError("request", f"REGISTER: text is not JSON ({e})") from e
+            if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
+                raise ShardError("request", "REGISTER: expected a JSON list of table objects")
+            rep.text = json.dumps(sh.register([table_config_from_dict(d) for d in docs]))
+        elif op == P.OP_PULL:
+            _want(a, 1, op)
+            rows, versions, wc = sh.pull(req.text, a[0], bool(req.flags & P.FLAG_WITH_STATE))
+            rep.arrays, rep.arg = [rows, versions], wc
+            rep.flags |= req.flags & P.FLAG_WITH_STATE
+        elif op == P.OP_PUSH:
+            _want(a, 2, op)
+            rep.arg = sh.push(req.text, a[0], a[1], int(req.arg))
+        elif op == P.OP_PUSH_ROWS:
+            _want(a, 2, op)
+            rep.arg = sh.push_rows(req.text, a[0], a[1])
+        elif op == P.OP_SNAPSHOT:
+            _want(a, 0, op)
+            root = self.data_dir
+            if req.text:  # a named sub-directory of the data dir, never an arbitrary path
+                if not NAME_RE.match(req.text) or req.text in (".", ".."):
+                    raise ShardError("request", f"SNAPSHOT: bad name {req.text!r}")
+                root = self.data_dir / req.text
+            rep.text = sh.snapshot(root, bool(req.flags & P.FLAG_INCREMENTAL))
+            rep.arg = sh.write_counter
+        elif op == P.OP_STATS:
+            st = sh.stats()
+            st.update(self.stats, endpoint=self.endpoint, pid=os.getpid())
+            rep.text = json.dumps(st)
+        return rep
+
+
+def _want(arrays: list[np.ndarray], n: int, op: int) -> None:
+    if len(arrays) != n:
+        raise P.ProtocolError(P.E_BAD_REQUEST, f"{P.OP_NAMES[op]} takes {n} arrays, got {len(arrays)}")
+
+
+def serve(opts: ServeOptions) -> int:
+    """Run a shard until SIGTERM/SIGINT (or its parent exits, with ``parent_pid``)."""
+    try:
+        server = Server(opts)
+    except (ValueError, ConfigError, SnapshotError, OSError, zmq.ZMQError) as e:
+        print(f"cosparse ps serve: error: {e}", file=sys.stderr)
+        return 2
+
+    def _stop(signum: int, frame: object) -> None:
+        server.running = False
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(f"cosparse ps: shard {opts.shard}/{opts.num_shards} serving on {server.endpoint}"
+          + (f" (restored {server.restored})" if server.restored else ""), file=sys.stderr, flush=True)
+    server.serve_forever()
+    return 0
+
+
+def keygen(out_dir: str | Path) -> dict[str, str]:
+    """CURVE keys: ``server.key_secret`` (+ ``server.key``) and ``clients/client.key_secret``.
+
+    The server loads ``--curve-secret DIR/server.key_secret`` and admits the client public keys
+    in ``DIR/clients``; a client needs ``DIR/clients/client.key_secret`` and ``DIR/server.key``.
+    Also writes ``hmac.key``, a random shared secret for ``--auth-key``.
+    """
+    from zmq.auth import create_certificates
+
+    if not zmq.has("curve"):
+        raise RuntimeError("this libzmq has no CURVE support")
+    out = Path(out_dir)
+    (out / "clients").mkdir(parents=True, exist_ok=True)
+    server_pub, server_sec = create_certificates(out, "server")
+    client_pub, client_sec = create_certificates(out / "clients", "client")
+    hmac_path = out / "hmac.key"
+    fd = os.open(hmac_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32).hex().encode())
+    for p in (server_sec, client_sec):
+        os.chmod(p, 0o600)
+    return {"server_public": str(server_pub), "server_secret": str(server_sec),
+            "client_public": str(client_pub), "client_secret": str(client_sec),
+            "hmac_key": str(hmac_path)}
