@@ -130,11 +130,25 @@ class HostTierConfig(TierConfig):
 
 
 @dataclass
+class RemoteConfig:
+    """The parameter server: embedded shard processes, or running ones at ``endpoints``."""
+
+    embedded: bool = True
+    num_shards: int = 2
+    endpoints: list[str] = field(default_factory=list)  # host:port per shard, in shard order
+    data_dir: str | None = None  # embedded shards' snapshots (default: a temporary directory)
+    timeout_s: float = 30.0  # a request not answered in this time fails, naming the shard
+    heartbeat_s: float = 1.0
+    auth_key: str | None = None  # HMAC shared-secret file (from `cosparse ps keygen`)
+
+
+@dataclass
 class StoreConfig:
     """Where rows live. No device capacity: every row resident on the device (the reference)."""
 
     device: TierConfig = field(default_factory=TierConfig)
     host: HostTierConfig = field(default_factory=HostTierConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
     decay: float = 0.99  # per-batch decay of the hotness counts
     probe_batches: int = 4  # first batches read at start-up to size and check the tiers
     # Not exact by design, so off by default (and outside the exactness matrix):
@@ -148,7 +162,9 @@ class StoreConfig:
 
 @dataclass
 class SupplyConfig:
-    path: Literal["resident"] = "resident"
+    # resident: rows in the local tiers (all on the device without a device capacity);
+    # ps-direct: architecture A, rows on the parameter server, pulled and pushed every step
+    path: Literal["resident", "ps-direct"] = "resident"
     lookahead: int = 1  # plan and pin this many batches ahead on a background thread (0: inline)
     horizon: int = 0  # batches read beyond the lookahead whose rows eviction passes over
 
@@ -328,6 +344,19 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("supply.lookahead: must be >= 0")
     if cfg.supply.horizon < 0:
         raise ConfigError("supply.horizon: must be >= 0")
+    if cfg.supply.path == "ps-direct":
+        remote = cfg.store.remote
+        if cfg.store.tiered:
+            raise ConfigError("store.device: a device cache under supply.path 'ps-direct' is not "
+                              "supported yet; remove store.device.rows/budget_bytes")
+        if cfg.store.admit_after > 1:
+            raise ConfigError("store.admit_after: not supported with supply.path 'ps-direct'")
+        if not remote.embedded and not remote.endpoints:
+            raise ConfigError("store.remote.endpoints: needed when store.remote.embedded is false")
+        if remote.embedded and remote.num_shards < 1:
+            raise ConfigError("store.remote.num_shards: must be >= 1")
+        if remote.timeout_s <= 0 or remote.heartbeat_s <= 0:
+            raise ConfigError("store.remote.timeout_s/heartbeat_s: must be positive")
     if cfg.model.kind in ("deepfm",):
         dims = {t.dim for t in cfg.tables}
         if len(dims) > 1:

@@ -89,6 +89,7 @@ class RunResult:
     rows: dict[str, tuple[np.ndarray, np.ndarray]]  # table -> (sorted ids, rows incl. state)
     dense: dict[str, torch.Tensor]
     trainer: Trainer
+    trainer_pids: list[int]  # PS shard processes the trainer started (empty without a PS)
 
 
 def run(cfg: Config, resume_at: int | None = None, ckpt_dir: Path | None = None) -> RunResult:
@@ -108,12 +109,13 @@ def run(cfg: Config, resume_at: int | None = None, ckpt_dir: Path | None = None)
         t.resume(str(ckpt_dir))
         t.run()
         losses = first.losses + t.losses
-    t.close()
+    pids = list(t.shards.pids) if t.shards is not None else []
     rows = {}
     for name, state in t.ec.export_rows().items():
         order = np.argsort(state["ids"])
         rows[name] = (state["ids"][order], state["rows"][order])
-    return RunResult(losses, rows, {k: v.clone() for k, v in t.model.state_dict().items()}, t)
+    t.close()  # after the export: a PS-served run's rows live in its shard processes
+    return RunResult(losses, rows, {k: v.clone() for k, v in t.model.state_dict().items()}, t, pids)
 
 
 def first_difference(got: RunResult, ref: RunResult) -> str | None:
@@ -145,4 +147,14 @@ def tiered(cfg: Config, device_rows: int, lookahead: int, workers: int, policy: 
     )
     cfg.supply = SupplyConfig(lookahead=lookahead, horizon=horizon)
     cfg.data.workers = workers
+    return cfg
+
+
+def ps_direct(cfg: Config, num_shards: int, lookahead: int) -> Config:
+    """Architecture A: every row on ``num_shards`` embedded PS shard processes."""
+    from cosparse.config import RemoteConfig
+
+    cfg = copy.deepcopy(cfg)
+    cfg.store = StoreConfig(remote=RemoteConfig(embedded=True, num_shards=num_shards))
+    cfg.supply = SupplyConfig(path="ps-direct", lookahead=lookahead)
     return cfg

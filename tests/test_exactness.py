@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 import pytest
-from exactness import CRITEO, base_config, first_difference, run, tiered, trace_stats
+from exactness import CRITEO, base_config, first_difference, ps_direct, run, tiered, trace_stats
 
 DATASETS = ["zipf", "criteo"]
 # (optimizer, policy, capacity, lookahead, workers, host, horizon)
@@ -143,3 +143,30 @@ def test_rows_planned_ahead_are_never_evicted_before_their_batch_trains(monkeypa
     assert got.trainer.ec.planner.shrinks == 0  # min capacity = the window: no shrink needed
     counters = got.trainer.ec.counters()
     assert sum(c.evictions_device for c in counters.values()) > 0
+
+
+# architecture A: (dataset, optimizer, shards, lookahead); lookahead 1 is arch-a's prefetch
+PS_CELLS = [
+    ("zipf", "sgd", 1, 0),
+    ("zipf", "adam", 2, 1),
+    ("criteo", "rowwise_adagrad", 2, 1),
+]
+
+
+@pytest.mark.parametrize("cell", PS_CELLS, ids=lambda c: "-".join(map(str, c)))
+def test_ps_direct_is_bit_identical_to_all_resident(cell):
+    """Rows on real PS shard processes, pulled and pushed every step (prefetch included)."""
+    import os
+
+    dataset, optimizer, shards, lookahead = cell
+    _skip_missing(dataset)
+    got = run(ps_direct(base_config(dataset, optimizer), shards, lookahead))
+    diff = first_difference(got, reference(dataset, optimizer))
+    assert diff is None, f"{cell}: {diff}"
+    tables = got.trainer.ec.tables.values()
+    if lookahead:  # rows a batch in flight updates were pulled after its push, not before
+        assert sum(t.deferred_rows for t in tables) > 0
+    assert got.trainer.shards is None  # closed by the trainer
+    for pid in got.trainer_pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -24,12 +24,14 @@ from cosparse.batch import SparseBatch
 from cosparse.config import ConfigError, TableConfig
 from cosparse.nn.pooled_lookup import pooled_lookup
 from cosparse.optim import state_width
+from cosparse.ps.client import PSClient
 from cosparse.store.admission import Admission
 from cosparse.store.dedup import Deduper, TableIds
 from cosparse.store.planner import CachePlanner
 from cosparse.store.resident import ResidentTable, SlabRows
 from cosparse.store.tiered import TieredTable
 from cosparse.store.types import TableCounters
+from cosparse.supply.ps_direct import PSDirectTable
 
 
 @dataclass
@@ -76,6 +78,7 @@ class EmbeddingCollection(nn.Module):
         tiers: dict[str, TierPlan] | None = None,
         lookahead: int = 0,
         admit_after: int = 0,
+        ps_client: PSClient | None = None,
     ) -> None:
         super().__init__()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -84,10 +87,14 @@ class EmbeddingCollection(nn.Module):
         if budget_bytes is not None and not tiers:
             share = self._budget_shares(tables, budget_bytes)
         tiers = tiers or {}
-        self.tables: dict[str, ResidentTable | TieredTable] = {}
+        self.tables: dict[str, ResidentTable | TieredTable | PSDirectTable] = {}
         for t in tables:
             tp = tiers.get(t.name)
-            if tp is None:
+            if ps_client is not None:
+                if tp is not None:
+                    raise ConfigError("tiers and a PS client (supply.path 'ps-direct') are exclusive")
+                self.tables[t.name] = PSDirectTable(t, self.device, ps_client, lookahead)
+            elif tp is None:
                 self.tables[t.name] = ResidentTable(
                     t, self.device, None if share is None else share[t.name]
                 )
@@ -96,7 +103,8 @@ class EmbeddingCollection(nn.Module):
                     t, self.device, tp.device_rows, tp.host_rows, tp.spill, tp.device_policy,
                     tp.host_policy, tp.decay, tp.ttl_steps,
                 )
-        self.planner = CachePlanner(self.tables, lookahead, windowed=bool(tiers))
+        self.planner = CachePlanner(self.tables, lookahead, windowed=bool(tiers) or bool(ps_client))
+        self.ps_client = ps_client
         self.admission = (
             {t.name: Admission(admit_after) for t in tables} if admit_after > 1 else {}
         )

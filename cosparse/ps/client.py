@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ class PSClient:
         self.key = auth_key
         self.watch = watch
         self.counters = ClientCounters()
+        self._lock = threading.RLock()
         self._rid = 0
         self.ctx = zmq.Context()
         self.socks: list[zmq.Socket] = []
@@ -152,11 +154,14 @@ class PSClient:
         text = json.dumps([dataclasses.asdict(t) for t in tables])
         self._call({i: P.Message(P.OP_REGISTER, text=text) for i in range(self.num_shards)})
 
-    def pull(self, table: str, ids: np.ndarray, with_state: bool = False) -> PullResult:
-        """Rows and versions of ``ids`` (any order, duplicates allowed), in that order."""
+    def pull(self, table: str, ids: np.ndarray, with_state: bool = False, peek: bool = False
+             ) -> PullResult:
+        """Rows and versions of ``ids`` (any order, duplicates allowed), in that order.
+
+        ``peek``: unknown IDs read their initial value and are not created (version -1)."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         order, bounds = self._split(ids)
-        flags = P.FLAG_WITH_STATE if with_state else 0
+        flags = (P.FLAG_WITH_STATE if with_state else 0) | (P.FLAG_PEEK if peek else 0)
         reqs = {i: P.Message(P.OP_PULL, flags=flags, text=table, arrays=[ids[order[lo:hi]]])
                 for i, (lo, hi) in bounds.items()}
         replies = self._call(reqs)
@@ -183,6 +188,12 @@ class PSClient:
                              arrays=[ids[order[lo:hi]], grads[order[lo:hi]]])
                 for i, (lo, hi) in bounds.items()}
         return {i: int(r.arg) for i, r in self._call(reqs).items()}
+
+    def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every row of ``table`` on every shard, with its optimizer state: (ids, rows)."""
+        replies = self._call({i: P.Message(P.OP_DUMP, text=table) for i in range(self.num_shards)})
+        parts = [replies[i].arrays for i in sorted(replies)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def push_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> dict[int, int]:
         """Overwrite rows with their optimizer state ([n, dim + state]) on the owning shards."""
@@ -262,6 +273,14 @@ class PSClient:
                 self.down_since[i] = self.lost_at[i] = time.monotonic()
 
     def _call(self, reqs: dict[int, P.Message], timeout_s: float | None = None) -> dict[int, P.Message]:
+        # ZeroMQ sockets are not thread-safe: the planner's prefetch pulls and the trainer's
+        # pushes share this client, so requests go out one call at a time
+        with self._lock:
+            return self._call_locked(reqs, timeout_s)
+
+    def _call_locked(
+        self, reqs: dict[int, P.Message], timeout_s: float | None = None
+    ) -> dict[int, P.Message]:
         """Send every request, then wait for all replies (one per shard)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         pending: dict[int, tuple[int, int, float]] = {}  # request id -> (shard, op, sent at)

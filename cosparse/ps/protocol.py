@@ -48,15 +48,17 @@ OP_PUSH = 4
 OP_PUSH_ROWS = 5
 OP_SNAPSHOT = 6
 OP_STATS = 7
+OP_DUMP = 8  # every row of a table with its state: (ids, rows)
 OP_NAMES = {OP_PING: "PING", OP_REGISTER: "REGISTER", OP_PULL: "PULL", OP_PUSH: "PUSH",
-            OP_PUSH_ROWS: "PUSH_ROWS", OP_SNAPSHOT: "SNAPSHOT", OP_STATS: "STATS"}
+            OP_PUSH_ROWS: "PUSH_ROWS", OP_SNAPSHOT: "SNAPSHOT", OP_STATS: "STATS", OP_DUMP: "DUMP"}
 
 # --- flags ------------------------------------------------------------------------------------
 FLAG_REPLY = 1 << 0
 FLAG_WITH_STATE = 1 << 1  # PULL: rows carry the optimizer state after the values
 FLAG_INCREMENTAL = 1 << 2  # SNAPSHOT: only rows dirtied since the last snapshot
 FLAG_HMAC = 1 << 3  # a trailing HMAC-SHA256 frame
-KNOWN_FLAGS = FLAG_REPLY | FLAG_WITH_STATE | FLAG_INCREMENTAL | FLAG_HMAC
+FLAG_PEEK = 1 << 4  # PULL: unknown IDs read their initial value and are not created (version -1)
+KNOWN_FLAGS = FLAG_REPLY | FLAG_WITH_STATE | FLAG_INCREMENTAL | FLAG_HMAC | FLAG_PEEK
 
 # --- error codes ------------------------------------------------------------------------------
 E_OK = 0

@@ -194,7 +194,8 @@ class Server:
             rep.text = json.dumps(sh.register([table_config_from_dict(d) for d in docs]))
         elif op == P.OP_PULL:
             _want(a, 1, op)
-            rows, versions, wc = sh.pull(req.text, a[0], bool(req.flags & P.FLAG_WITH_STATE))
+            rows, versions, wc = sh.pull(req.text, a[0], bool(req.flags & P.FLAG_WITH_STATE),
+                                         peek=bool(req.flags & P.FLAG_PEEK))
             rep.arrays, rep.arg = [rows, versions], wc
             rep.flags |= req.flags & P.FLAG_WITH_STATE
         elif op == P.OP_PUSH:
@@ -212,6 +213,10 @@ class Server:
                 root = self.data_dir / req.text
             rep.text = sh.snapshot(root, bool(req.flags & P.FLAG_INCREMENTAL))
             rep.arg = sh.write_counter
+        elif op == P.OP_DUMP:
+            _want(a, 0, op)
+            ids, rows = sh.dump(req.text)
+            rep.arrays, rep.arg = [ids, rows], sh.write_counter
         elif op == P.OP_STATS:
             st = sh.stats()
             st.update(self.stats, endpoint=self.endpoint, pid=os.getpid())

@@ -179,13 +179,29 @@ class Shard:
         return ids
 
     # --- requests ---------------------------------------------------------------------------
-    def pull(self, name: str, ids: np.ndarray, with_state: bool = False
+    def pull(self, name: str, ids: np.ndarray, with_state: bool = False, peek: bool = False
              ) -> tuple[np.ndarray, np.ndarray, int]:
-        """(rows [n, dim] or [n, dim+state], versions [n], write counter); creates unknown rows."""
+        """(rows [n, dim] or [n, dim+state], versions [n], write counter); creates unknown rows,
+        unless ``peek``: then they read their initial value, version -1, and nothing changes."""
         t = self.table(name)
         ids = self._check_ids(ids)
-        slots = t.slots(ids)
-        return t.read(slots, with_state), t.versions[slots], self.write_counter
+        slots = t.slots(ids, create=not peek)
+        found = slots >= 0
+        if found.all():
+            return t.read(slots, with_state), t.versions[slots], self.write_counter
+        rows = np.empty((ids.shape[0], t.width if with_state else t.dim), dtype=np.float32)
+        versions = np.full(ids.shape[0], -1, dtype=np.int64)
+        rows[found] = t.read(slots[found], with_state)
+        versions[found] = t.versions[slots[found]]
+        fresh = initial_rows(t.cfg, t.width, ids[~found])
+        rows[~found] = fresh if with_state else fresh[:, : t.dim]
+        return rows, versions, self.write_counter
+
+    def dump(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every row of a table with its optimizer state: (ids, rows [n, dim + state])."""
+        t = self.table(name)
+        slots = t.tier.occupied_slots()
+        return t.tier.slot_ids[slots], t.tier.read(slots)
 
     def push(self, name: str, ids: np.ndarray, grads: np.ndarray, step: int) -> int:
         """Apply the optimizer to unique ``ids`` with ``grads`` [n, dim] at 1-based ``step``."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +22,8 @@ from cosparse.config import Config, ConfigError
 from cosparse.data import BatchStream, make_reader
 from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
 from cosparse.nn.models import build_model
+from cosparse.ps.client import PSClient
+from cosparse.ps.embedded import EmbeddedShards
 from cosparse.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from cosparse.train.evaluate import log_loss, roc_auc
 from cosparse.train.metrics import IntervalStats, MetricsSink
@@ -67,8 +71,12 @@ class Trainer:
                     )
         self.model = build_model(cfg, self.train_reader.num_dense, self.device)
         self.sizing: SizingReport | None = None
+        self.shards: EmbeddedShards | None = None
+        self.ps: PSClient | None = None
         if cfg.store.tiered:
             self._install_tiers()
+        if cfg.supply.path == "ps-direct":
+            self._install_ps()
         self.ec = self.model.ec
         self.dense_opt = make_dense_optimizer(cfg, list(self.model.parameters()))
         self.state = TrainState(step=0, epoch=0, batch_in_epoch=0)
@@ -93,6 +101,31 @@ class Trainer:
             admit_after=cfg.store.admit_after,
         )
         self.log(describe(self.sizing))
+
+    def _install_ps(self) -> None:
+        """Architecture A: start (or reach) the PS shards and serve every table from them."""
+        cfg, remote = self.cfg, self.cfg.store.remote
+        try:
+            if remote.embedded:
+                data_dir = remote.data_dir
+                if data_dir is None:
+                    data_dir = self._ps_tmp = tempfile.mkdtemp(prefix="cosparse-ps-")
+                self.shards = EmbeddedShards(remote.num_shards, cfg.tables, data_dir,
+                                             auth_key_file=remote.auth_key)
+                self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s)
+            else:
+                self.ps = PSClient(remote.endpoints, remote.timeout_s, remote.heartbeat_s,
+                                   auth_key=remote.auth_key)
+                self.ps.register(cfg.tables)
+        except BaseException:
+            self.close()
+            raise
+        self.model.ec = EmbeddingCollection(
+            cfg.tables, self.device, ps_client=self.ps, lookahead=cfg.supply.lookahead
+        )
+        where = (f"{remote.num_shards} embedded shards" if remote.embedded
+                 else f"{len(remote.endpoints)} shards")
+        self.log(f"supply ps-direct: {where} at {', '.join(self.ps.endpoints)}")
 
     # --- checkpoints --------------------------------------------------------------------------
     def save(self) -> None:
@@ -227,8 +260,16 @@ class Trainer:
         return rec
 
     def _store_metrics(self) -> dict[str, float]:
-        """Tier figures since the last log point, from the tables' runtime counters."""
+        """Tier and PS figures since the last log point, from the runtime counters."""
         out: dict[str, float] = {}
+        if self.ps is not None:
+            c = self.ps.counters
+            prev = getattr(self, "_ps_at_log", (0, 0, 0, 0.0))
+            out["bytes.trainer_ps.pull"] = c.bytes_pull - prev[0]
+            out["bytes.trainer_ps.push"] = c.bytes_push - prev[1]
+            out["ps.requests"] = c.requests - prev[2]
+            out["ps.wait_ms"] = (c.wait_s - prev[3]) * 1e3
+            self._ps_at_log = (c.bytes_pull, c.bytes_push, c.requests, c.wait_s)
         if self.ec.admission:
             out["admission.rejected"] = sum(a.rejected for a in self.ec.admission.values())
         now = self.ec.counters()
@@ -283,4 +324,15 @@ class Trainer:
         return out
 
     def close(self) -> None:
-        self.sink.close()
+        """Flush the metrics and stop the PS shards this trainer started (safe to call twice)."""
+        if getattr(self, "sink", None) is not None:
+            self.sink.close()
+        if getattr(self, "ps", None) is not None:
+            self.ps.close()
+            self.ps = None
+        if getattr(self, "shards", None) is not None:
+            self.shards.close()
+            self.shards = None
+        if getattr(self, "_ps_tmp", None):
+            shutil.rmtree(self._ps_tmp, ignore_errors=True)
+            self._ps_tmp = None

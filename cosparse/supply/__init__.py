@@ -1,0 +1,1 @@
+"""Parameter-supply paths: how rows reach the trainer (``ps-direct``: architecture A)."""
