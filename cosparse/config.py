@@ -346,9 +346,10 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("supply.horizon: must be >= 0")
     if cfg.supply.path == "ps-direct":
         remote = cfg.store.remote
-        if cfg.store.tiered:
-            raise ConfigError("store.device: a device cache under supply.path 'ps-direct' is not "
-                              "supported yet; remove store.device.rows/budget_bytes")
+        host = cfg.store.host
+        if host.rows is not None or host.budget_bytes is not None or host.spill:
+            raise ConfigError("store.host: supply.path 'ps-direct' keeps rows on the device cache "
+                              "and the PS only; remove store.host")
         if cfg.store.admit_after > 1:
             raise ConfigError("store.admit_after: not supported with supply.path 'ps-direct'")
         if not remote.embedded and not remote.endpoints:

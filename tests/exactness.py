@@ -150,11 +150,14 @@ def tiered(cfg: Config, device_rows: int, lookahead: int, workers: int, policy: 
     return cfg
 
 
-def ps_direct(cfg: Config, num_shards: int, lookahead: int) -> Config:
-    """Architecture A: every row on ``num_shards`` embedded PS shard processes."""
+def ps_direct(cfg: Config, num_shards: int, lookahead: int, cache_rows: int | None = None,
+              policy: str = "hotness") -> Config:
+    """Architecture A: every row on ``num_shards`` embedded PS shard processes, optionally with a
+    write-through device cache of ``cache_rows`` rows per table."""
     from cosparse.config import RemoteConfig
 
     cfg = copy.deepcopy(cfg)
-    cfg.store = StoreConfig(remote=RemoteConfig(embedded=True, num_shards=num_shards))
+    cfg.store = StoreConfig(remote=RemoteConfig(embedded=True, num_shards=num_shards),
+                            device=TierConfig(rows=cache_rows, policy=policy))
     cfg.supply = SupplyConfig(path="ps-direct", lookahead=lookahead)
     return cfg

@@ -145,11 +145,13 @@ def test_rows_planned_ahead_are_never_evicted_before_their_batch_trains(monkeypa
     assert sum(c.evictions_device for c in counters.values()) > 0
 
 
-# architecture A: (dataset, optimizer, shards, lookahead); lookahead 1 is arch-a's prefetch
+# architecture A: (dataset, optimizer, shards, lookahead, device cache); lookahead 1 is arch-a's
+# prefetch; the cache is off or 10% of the rows touched (at least the window's rows)
 PS_CELLS = [
-    ("zipf", "sgd", 1, 0),
-    ("zipf", "adam", 2, 1),
-    ("criteo", "rowwise_adagrad", 2, 1),
+    ("zipf", "sgd", 1, 0, "off"),
+    ("zipf", "adam", 2, 1, "10%"),
+    ("criteo", "rowwise_adagrad", 2, 1, "off"),
+    ("criteo", "sgd", 1, 1, "10%"),
 ]
 
 
@@ -158,13 +160,21 @@ def test_ps_direct_is_bit_identical_to_all_resident(cell):
     """Rows on real PS shard processes, pulled and pushed every step (prefetch included)."""
     import os
 
-    dataset, optimizer, shards, lookahead = cell
+    dataset, optimizer, shards, lookahead, cache = cell
     _skip_missing(dataset)
-    got = run(ps_direct(base_config(dataset, optimizer), shards, lookahead))
+    cache_rows = None
+    if cache == "10%":
+        st = stats(dataset, lookahead)
+        cache_rows = max(max(v[0] for v in st.values()) // 10, max(v[1] for v in st.values()))
+    got = run(ps_direct(base_config(dataset, optimizer), shards, lookahead, cache_rows))
     diff = first_difference(got, reference(dataset, optimizer))
     assert diff is None, f"{cell}: {diff}"
     tables = got.trainer.ec.tables.values()
-    if lookahead:  # rows a batch in flight updates were pulled after its push, not before
+    if cache_rows is not None:  # the cache served hits and dropped victims (written through)
+        counters = got.trainer.ec.counters()
+        assert sum(c.device_hits for c in counters.values()) > 0
+        assert sum(c.evictions_device for c in counters.values()) > 0
+    elif lookahead:  # rows a batch in flight updates were pulled after its push, not before
         assert sum(t.deferred_rows for t in tables) > 0
     assert got.trainer.shards is None  # closed by the trainer
     for pid in got.trainer_pids:

@@ -31,7 +31,7 @@ from cosparse.store.planner import CachePlanner
 from cosparse.store.resident import ResidentTable, SlabRows
 from cosparse.store.tiered import TieredTable
 from cosparse.store.types import TableCounters
-from cosparse.supply.ps_direct import PSDirectTable
+from cosparse.supply.ps_direct import PSCachedTable, PSDirectTable
 
 
 @dataclass
@@ -87,13 +87,18 @@ class EmbeddingCollection(nn.Module):
         if budget_bytes is not None and not tiers:
             share = self._budget_shares(tables, budget_bytes)
         tiers = tiers or {}
-        self.tables: dict[str, ResidentTable | TieredTable | PSDirectTable] = {}
+        self.tables: dict[str, ResidentTable | TieredTable | PSDirectTable | PSCachedTable] = {}
         for t in tables:
             tp = tiers.get(t.name)
             if ps_client is not None:
-                if tp is not None:
-                    raise ConfigError("tiers and a PS client (supply.path 'ps-direct') are exclusive")
-                self.tables[t.name] = PSDirectTable(t, self.device, ps_client, lookahead)
+                if tp is None:
+                    self.tables[t.name] = PSDirectTable(t, self.device, ps_client, lookahead)
+                else:  # architecture A with a write-through device cache
+                    if tp.host_rows is not None or tp.spill:
+                        raise ConfigError("store.host: supply.path 'ps-direct' has no host tier")
+                    self.tables[t.name] = PSCachedTable(
+                        t, self.device, ps_client, tp.device_rows, tp.device_policy, tp.decay
+                    )
             elif tp is None:
                 self.tables[t.name] = ResidentTable(
                     t, self.device, None if share is None else share[t.name]
@@ -270,11 +275,12 @@ class EmbeddingCollection(nn.Module):
 
     # --- store metrics ----------------------------------------------------------------------
     def counters(self) -> dict[str, TableCounters]:
-        return {n: t.counters.copy() for n, t in self.tables.items() if isinstance(t, TieredTable)}
+        """Store counters of the tables with a bounded device tier (tiered or PS-cached)."""
+        return {n: t.counters.copy() for n, t in self.tables.items() if hasattr(t, "counters")}
 
     def hbm_share(self) -> float | None:
         """Device bytes held by sparse rows / the device budget (or the tiers' capacity)."""
-        tiered = [t for t in self.tables.values() if isinstance(t, TieredTable)]
+        tiered = [t for t in self.tables.values() if hasattr(t, "dev")]
         if not tiered:
             return None
         held = sum(t.dev.size * t.row_bytes for t in tiered)

@@ -104,3 +104,122 @@ class PSDirectTable(SlabRows):
         ids, rows = state["ids"], state["rows"]
         if ids.shape[0]:
             self.client.push_rows(self.cfg.name, ids, np.ascontiguousarray(rows, np.float32))
+
+
+class PSCachedTable(SlabRows):
+    """Architecture A with a device cache of hot rows, written through.
+
+    Every row a batch uses is made resident in a bounded device tier (rows and optimizer state,
+    pulled from the PS on a miss) and pinned for the lookahead window, exactly like the tiered
+    store. The optimizer updates cached rows in place with the same kernel and the gradients are
+    still pushed, so the PS copy stays identical and a victim is simply dropped: nothing is ever
+    written back. (On CUDA, where the device kernel may round differently, the updated rows
+    themselves are pushed.)
+    """
+
+    def __init__(
+        self, cfg: TableConfig, device: torch.device, client: PSClient, cache_rows: int,
+        policy: str = "hotness", decay: float = 0.99,
+    ) -> None:
+        from cosparse.store.tier import Tier
+        from cosparse.store.types import TableCounters
+
+        self._init_layout(cfg, device)
+        self.client = client
+        self.dev = Tier("device", cache_rows, self.width, device, policy, decay)
+        self.counters = TableCounters()
+        self._pinned: dict[int, np.ndarray] = {}
+        self._ids_of: dict[int, np.ndarray] = {}
+        self._order: deque[int] = deque()
+        self._training: tuple[np.ndarray, np.ndarray] | None = None
+
+    map_ids = PSDirectTable.map_ids
+
+    @property
+    def slab_array(self) -> np.ndarray | None:
+        return self.dev.slab_np
+
+    @property
+    def slab(self) -> torch.Tensor:
+        return self.dev.slab
+
+    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool]) -> np.ndarray:
+        from cosparse.store import kernels
+        from cosparse.store.types import CapacityError
+
+        dev, c = self.dev, self.counters
+        slots = dev.lookup(unique)
+        hit = slots >= 0
+        kernels.add_pins(slots[hit], dev.pins, 1)
+        miss = unique[~hit]
+        c.lookups += unique.shape[0]
+        c.device_hits += int(hit.sum())
+        while miss.shape[0] > dev.n_free:
+            victims = dev.victims(miss.shape[0] - dev.n_free, seq)
+            if victims.shape[0]:  # written through: the PS already holds these rows
+                dev.remove(victims)
+                c.evictions_device += victims.shape[0]
+            elif not shrink():
+                kernels.add_pins(slots[hit], dev.pins, -1)
+                raise CapacityError(
+                    f"table '{self.cfg.name}': the device cache holds {dev.capacity} rows but one "
+                    f"batch needs {unique.shape[0]} unique rows"
+                )
+        if miss.shape[0]:
+            # rows of batches in flight are cached and pinned, so a miss is never being updated
+            rows = self.client.pull(self.cfg.name, miss, with_state=True).rows
+            new = dev.alloc(miss.shape[0])
+            zeros = np.zeros(miss.shape[0], dtype=np.float32)
+            dev.put(miss, new, rows, zeros, zeros.astype(np.int64), False)
+            slots[~hit] = new
+            kernels.add_pins(new, dev.pins, 1)
+        dev.touch(slots, seq)
+        self._pinned[seq] = slots
+        self._ids_of[seq] = unique
+        self._order.append(seq)
+        return slots
+
+    def gather(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        seq = self._order.popleft()
+        self._training = (self._ids_of.pop(seq), slots)
+        return SlabRows.gather(self, slots)
+
+    def apply_gradients(
+        self, w: torch.Tensor, s: torch.Tensor, g: torch.Tensor, slots: np.ndarray, step: int
+    ) -> None:
+        """Update the cached rows in place and write the update through to the PS."""
+        assert self._training is not None
+        ids, _ = self._training
+        SlabRows.apply_gradients(self, w, s, g, slots, step)
+        if self.dev.slab_np is not None:  # same kernel on both sides: push the gradients
+            grads = np.ascontiguousarray(g.detach().cpu().numpy(), dtype=np.float32)
+            self.client.push(self.cfg.name, ids, grads, step)
+        else:  # a device kernel may round differently: push the updated rows themselves
+            self.client.push_rows(self.cfg.name, ids, self.dev.read(slots))
+        self._training = None
+
+    def release(self, seq: int) -> None:
+        from cosparse.store import kernels
+
+        slots = self._pinned.pop(seq, None)
+        if slots is not None:
+            kernels.add_pins(slots, self.dev.pins, -1)
+
+    def release_all(self) -> None:
+        for seq in sorted(self._pinned):
+            self.release(seq)
+        self._ids_of.clear()
+        self._order.clear()
+        self._training = None
+
+    def read_rows(self, unique: np.ndarray) -> torch.Tensor:
+        return PSDirectTable.read_rows(self, unique)  # type: ignore[arg-type]
+
+    def export(self) -> dict[str, np.ndarray]:
+        return PSDirectTable.export(self)  # type: ignore[arg-type]
+
+    def load(self, state: dict[str, np.ndarray]) -> None:
+        self.dev.remove(self.dev.occupied_slots())
+        self.dev.pins[:] = 0
+        self.release_all()
+        PSDirectTable.load(self, state)  # type: ignore[arg-type]

@@ -95,12 +95,14 @@ class Trainer:
         if cfg.store.device.budget_bytes is not None:
             dense = measure_dense_bytes(self.model, probe[0], cfg.model.dense_optimizer.kind)
         self.sizing = size_tiers(cfg, probe, dense)
+        self.log(describe(self.sizing))
+        if cfg.supply.path == "ps-direct":
+            return  # the PS-backed collection is built with the client (_install_ps)
         self.model.ec = EmbeddingCollection(
             cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
             tiers=self.sizing.plans, lookahead=cfg.supply.lookahead,
             admit_after=cfg.store.admit_after,
         )
-        self.log(describe(self.sizing))
 
     def _install_ps(self) -> None:
         """Architecture A: start (or reach) the PS shards and serve every table from them."""
@@ -121,7 +123,9 @@ class Trainer:
             self.close()
             raise
         self.model.ec = EmbeddingCollection(
-            cfg.tables, self.device, ps_client=self.ps, lookahead=cfg.supply.lookahead
+            cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
+            tiers=self.sizing.plans if self.sizing else None, lookahead=cfg.supply.lookahead,
+            ps_client=self.ps,
         )
         where = (f"{remote.num_shards} embedded shards" if remote.embedded
                  else f"{len(remote.endpoints)} shards")
