@@ -81,7 +81,7 @@ def _ps_serve(args: argparse.Namespace) -> int:
     return serve(ServeOptions(
         shard=args.shard, num_shards=args.num_shards, bind=args.bind, data_dir=args.data_dir,
         config=args.config, auth_key=key, curve_secret=args.curve_secret,
-        ready_file=args.ready_file, parent_pid=args.parent_pid,
+        ready_file=args.ready_file, parent_pid=args.parent_pid, restore=args.restore,
     ))
 
 
@@ -113,6 +113,9 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
                       help="CURVE server secret key file (from `cosparse ps keygen`)")
     s.add_argument("--ready-file", default=None, help="write the bound endpoint here once serving")
     s.add_argument("--parent-pid", type=int, default=None, help="exit when this parent process is gone")
+    s.add_argument("--restore", default=None,
+                   help="restore this snapshot of --data-dir (default: the newest), e.g. the one "
+                        "a trainer checkpoint names")
     s.set_defaults(func=_ps_serve)
     k = pss.add_parser("keygen", help="create CURVE key pairs and an HMAC secret")
     k.add_argument("--out", required=True, help="directory for the keys")

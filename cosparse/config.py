@@ -174,6 +174,7 @@ class CheckpointConfig:
     dir: str | None = None
     every: int = 0
     keep: int = 2
+    incremental: bool = False  # PS shards snapshot only the rows written since their last one
 
 
 @dataclass

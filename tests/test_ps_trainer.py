@@ -58,3 +58,52 @@ def test_killed_shard_is_reported_with_its_endpoint_within_10s(tmp_path):
     for pid in shards.pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_resume_after_a_shard_dies_restarts_shards_from_the_checkpoint_snapshots(tmp_path):
+    """Durable shards snapshot with every checkpoint (one step number for both parts). After a
+    SIGKILL, a new run resumes from the last checkpoint, restarts the shards from the snapshots
+    it names, and finishes bit-identically to an uninterrupted run."""
+    cfg = copy.deepcopy(ps_direct(base_config("zipf", "adam"), num_shards=2, lookahead=1))
+    cfg.store.remote.data_dir = str(tmp_path / "ps")
+    cfg.store.remote.heartbeat_s = 0.5
+    cfg.train.checkpoint.dir = str(tmp_path / "ck")
+    cfg.train.checkpoint.every = 40
+    cfg.train.checkpoint.incremental = True
+    first = Trainer(cfg, log=lambda m: None)
+    victim = first.shards.procs[0]
+
+    def kill_after_step_90() -> None:
+        while first.state.step < 90:
+            time.sleep(0.01)
+        os.kill(victim.pid, signal.SIGKILL)
+
+    threading.Thread(target=kill_after_step_90, daemon=True).start()
+    try:
+        with pytest.raises(PSUnavailable):
+            first.run()
+    finally:
+        first.close()
+    state, _, tables, _ = load_checkpoint(tmp_path / "ck")
+    assert state.step == 80 and tables == {}  # the rows are in the shards' snapshots
+    from cosparse.train.checkpoint import read_meta
+
+    assert len(read_meta(tmp_path / "ck")["ps"]["snapshots"]) == 2
+
+    from exactness import RunResult
+
+    second = Trainer(cfg, log=lambda m: None)
+    try:
+        second.resume(str(tmp_path / "ck"))
+        second.run()
+        rows = {}
+        for name, st in second.ec.export_rows().items():
+            import numpy as np
+
+            order = np.argsort(st["ids"])
+            rows[name] = (st["ids"][order], st["rows"][order])
+        dense = {k: v.clone() for k, v in second.model.state_dict().items()}
+    finally:
+        second.close()
+    got = RunResult(first.losses[:80] + second.losses, rows, dense, second, [])
+    assert first_difference(got, run(base_config("zipf", "adam"))) is None

@@ -265,10 +265,13 @@ class EmbeddingCollection(nn.Module):
         self.stage_ms["optim"] += (time.perf_counter() - t0) * 1e3
 
     # --- checkpoint -------------------------------------------------------------------------
-    def export_rows(self) -> dict[str, dict[str, np.ndarray]]:
-        """Every table's rows (dirty device rows are flushed down first)."""
+    def export_rows(self, skip_ps: bool = False) -> dict[str, dict[str, np.ndarray]]:
+        """Every table's rows (dirty device rows are flushed down first); ``skip_ps`` leaves out
+        the tables whose rows the PS shards snapshot themselves."""
         out = {}
         for name, t in self.tables.items():
+            if skip_ps and isinstance(t, PSDirectTable | PSCachedTable):
+                continue
             t.flush()
             out[name] = t.export()
         return out
@@ -287,11 +290,21 @@ class EmbeddingCollection(nn.Module):
         budget = self.budget_bytes or sum(t.dev.capacity * t.row_bytes for t in tiered)
         return held / budget
 
-    def load_rows(self, rows: dict[str, dict[str, np.ndarray]], step: int) -> None:
-        missing = set(self.tables) - set(rows)
+    def load_rows(
+        self, rows: dict[str, dict[str, np.ndarray]], step: int, rows_on_ps: bool = False
+    ) -> None:
+        """Restore rows from a checkpoint; with ``rows_on_ps`` the PS shards restored their own
+        snapshot, and only tables kept elsewhere are loaded."""
+        missing = {n for n in set(self.tables) - set(rows)
+                   if not (rows_on_ps and isinstance(self.tables[n], PSDirectTable | PSCachedTable))}
         if missing:
             raise ValueError(f"checkpoint has no rows for tables {sorted(missing)}")
         for name, t in self.tables.items():
-            t.load(rows[name])
+            if name in rows:
+                t.load(rows[name])
+            elif rows_on_ps:
+                t.release_all()
+                if isinstance(t, PSCachedTable):
+                    t.dev.remove(t.dev.occupied_slots())
         self.step = step
         self.planner.reset(step)

@@ -59,6 +59,7 @@ class EmbeddedShards:
         curve_dir: str | Path | None = None,
         start_timeout_s: float = 60.0,
         extra_args: list[str] | None = None,
+        restore: list[str] | None = None,
     ) -> None:
         if num_shards < 1:
             raise ValueError("num_shards must be >= 1")
@@ -66,6 +67,7 @@ class EmbeddedShards:
         self.data_dir = Path(data_dir)
         self.auth_key_file = auth_key_file
         self.curve_dir = Path(curve_dir) if curve_dir is not None else None
+        self.restore = restore  # per shard: the snapshot to start from (a trainer checkpoint's)
         self.procs: list[subprocess.Popen] = []
         self.endpoints: list[str] = []
         self._closed = False
@@ -95,6 +97,8 @@ class EmbeddedShards:
                 cmd += ["--auth-key", str(self.auth_key_file)]
             if self.curve_dir is not None:
                 cmd += ["--curve-secret", str(self.curve_dir / "server.key_secret")]
+            if self.restore is not None:
+                cmd += ["--restore", self.restore[i]]
             log = open(d / "server.log", "ab")  # noqa: SIM115 - closed after Popen took it
             try:
                 self.procs.append(subprocess.Popen(cmd + extra, stdin=subprocess.DEVNULL, stdout=log,

@@ -40,6 +40,7 @@ class ServeOptions:
     curve_secret: str | None = None
     ready_file: str | None = None
     parent_pid: int | None = None
+    restore: str | None = None  # a snapshot name in data_dir; default: the newest
 
 
 def read_key_file(path: str | Path) -> bytes:
@@ -78,7 +79,7 @@ class Server:
         self.shard = Shard(opts.shard, opts.num_shards)
         self.data_dir = Path(opts.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.restored = self.shard.restore(self.data_dir)
+        self.restored = self.shard.restore(self.data_dir, opts.restore)
         if opts.config:
             self.shard.register(tables_from_yaml(opts.config))
         self.key = opts.auth_key

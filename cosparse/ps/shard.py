@@ -291,12 +291,15 @@ class Shard:
         self.last_snapshot = name
         return name
 
-    def restore(self, root: str | Path) -> str | None:
-        """Load the newest snapshot chain under ``root`` (None when there is none)."""
+    def restore(self, root: str | Path, name: str | None = None) -> str | None:
+        """Load the snapshot chain under ``root`` that ends at ``name`` (default: the newest);
+        None when there is none."""
         root = Path(root)
-        latest = _read_latest(root)
+        latest = _read_latest(root) if name is None else name
         if latest is None:
             return None
+        if name is not None and not (root / "snapshots" / name).is_dir():
+            raise SnapshotError(f"{root}: no snapshot named {name!r}")
         chain = []
         name: str | None = latest
         while name is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,13 @@ def save_checkpoint(
     tables: dict[str, dict[str, np.ndarray]],
     config: dict[str, Any],
     keep: int = 2,
+    before_commit: Callable[[], dict[str, Any]] | None = None,
 ) -> Path:
-    """Write ``root/step_NNNNNNNN`` atomically and point ``root/LATEST`` at it."""
+    """Write ``root/step_NNNNNNNN`` atomically and point ``root/LATEST`` at it.
+
+    ``before_commit`` runs once the trainer's parts are on disk and before anything is committed
+    (e.g. the PS shards snapshot their rows); what it returns is recorded in the metadata. If it
+    fails, nothing is committed."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{state.step:08d}"
@@ -62,7 +68,9 @@ def save_checkpoint(
                 np.savez(f, **arrays)
                 f.flush()
                 os.fsync(f.fileno())
+        extra = before_commit() if before_commit is not None else {}
         meta = {
+            **extra,
             "format_version": FORMAT_VERSION,
             "step": state.step,
             "epoch": state.epoch,
@@ -99,6 +107,11 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if (p / _LATEST).exists():
         return p / (p / _LATEST).read_text().strip()
     raise CheckpointError(f"no checkpoint at {p} (no meta.json and no {_LATEST} file)")
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """The metadata of a checkpoint (or of the one a root's LATEST names)."""
+    return json.loads((resolve_checkpoint(path) / "meta.json").read_text())
 
 
 def load_checkpoint(

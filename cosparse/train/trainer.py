@@ -24,7 +24,13 @@ from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
 from cosparse.nn.models import build_model
 from cosparse.ps.client import PSClient
 from cosparse.ps.embedded import EmbeddedShards
-from cosparse.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from cosparse.train.checkpoint import (
+    CheckpointError,
+    TrainState,
+    load_checkpoint,
+    read_meta,
+    save_checkpoint,
+)
 from cosparse.train.evaluate import log_loss, roc_auc
 from cosparse.train.metrics import IntervalStats, MetricsSink
 from cosparse.train.prefetch import Prefetcher
@@ -132,7 +138,16 @@ class Trainer:
         self.log(f"supply ps-direct: {where} at {', '.join(self.ps.endpoints)}")
 
     # --- checkpoints --------------------------------------------------------------------------
+    @property
+    def _ps_durable(self) -> bool:
+        """The shards keep their snapshots where a later run finds them (not a temporary dir)."""
+        remote = self.cfg.store.remote
+        return self.ps is not None and (not remote.embedded or remote.data_dir is not None)
+
     def save(self) -> None:
+        """Checkpoint atomically. With durable PS shards, the shards snapshot their rows and the
+        trainer's checkpoint records those snapshots: both parts commit with one step number or
+        neither does. Otherwise the PS rows are read into the trainer's checkpoint."""
         ck = self.cfg.train.checkpoint
         dense = {
             "model": self.model.state_dict(),
@@ -140,23 +155,64 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "bad_records": self.bad_records,
         }
+
+        def snapshot_shards() -> dict[str, Any]:
+            assert self.ps is not None
+            names = self.ps.snapshot(incremental=ck.incremental)
+            return {"ps": {"num_shards": self.ps.num_shards, "step": self.state.step,
+                           "snapshots": [names[i] for i in range(self.ps.num_shards)]}}
+
         path = save_checkpoint(
             ck.dir,  # type: ignore[arg-type]
             self.state,
             dense,
-            self.ec.export_rows(),
+            self.ec.export_rows(skip_ps=self._ps_durable),
             dataclasses.asdict(self.cfg),
             keep=ck.keep,
+            before_commit=snapshot_shards if self._ps_durable else None,
         )
         self.log(f"checkpoint: step {self.state.step} -> {path}")
 
+    def _restart_shards_from(self, ps_meta: dict[str, Any]) -> None:
+        """Bring the PS to the snapshots a checkpoint names: restart embedded shards from them,
+        or check that external shards were restarted from them."""
+        remote, names = self.cfg.store.remote, ps_meta["snapshots"]
+        if len(names) != (remote.num_shards if remote.embedded else len(remote.endpoints)):
+            raise CheckpointError(f"checkpoint was taken with {len(names)} PS shards, the config "
+                                  "has a different number (store.remote)")
+        if remote.embedded:
+            if self.ps is not None:
+                self.ps.close()
+            if self.shards is not None:
+                self.shards.close()
+            self.shards = EmbeddedShards(remote.num_shards, self.cfg.tables, remote.data_dir,
+                                         auth_key_file=remote.auth_key, restore=names)
+            self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s)
+            self.model.ec = self.ec = EmbeddingCollection(
+                self.cfg.tables, self.device, self.cfg.store.device.budget_bytes,  # type: ignore[arg-type]
+                tiers=self.sizing.plans if self.sizing else None,
+                lookahead=self.cfg.supply.lookahead, ps_client=self.ps,
+            )
+            return
+        assert self.ps is not None
+        for i, st in enumerate(self.ps.stats()):
+            if st.get("last_snapshot") != names[i]:
+                raise CheckpointError(
+                    f"PS shard {i} at {self.ps.endpoints[i]} holds snapshot "
+                    f"{st.get('last_snapshot')!r}; this checkpoint needs {names[i]!r}: restart it "
+                    f"with `cosparse ps serve ... --restore {names[i]}`"
+                )
+
     def resume(self, path: str) -> None:
+        ps_meta = read_meta(path).get("ps")
+        if ps_meta is not None:
+            self._restart_shards_from(ps_meta)
         state, dense, tables, _ = load_checkpoint(path)
         self.model.load_state_dict(dense["model"])
         self.dense_opt.load_state_dict(dense["optimizer"])
         torch.set_rng_state(dense["torch_rng"])
         self.bad_records = int(dense.get("bad_records", 0))
-        self.ec.load_rows(tables, state.step)
+        self.ec.load_rows(tables, state.step, rows_on_ps=ps_meta is not None)
         self.state = state
         self.log(f"resumed from {path}: step {state.step}, epoch {state.epoch}")
 
