@@ -107,3 +107,24 @@ def test_resume_after_a_shard_dies_restarts_shards_from_the_checkpoint_snapshots
         second.close()
     got = RunResult(first.losses[:80] + second.losses, rows, dense, second, [])
     assert first_difference(got, run(base_config("zipf", "adam"))) is None
+
+
+def test_ps_metrics_count_every_byte_on_the_trainer_sockets(tmp_path):
+    import json
+
+    cfg = copy.deepcopy(ps_direct(base_config("zipf", "sgd"), num_shards=2, lookahead=1))
+    cfg.train.steps, cfg.train.log_every = 6, 3
+    cfg.train.metrics_json = str(tmp_path / "m.jsonl")
+    trainer = Trainer(cfg, log=lambda m: None)
+    try:
+        trainer.run()
+        rows = sum(t.pulled_rows for t in trainer.ec.tables.values())
+    finally:
+        trainer.close()
+    records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    pulled = sum(r["bytes.trainer_ps.pull"] for r in train)
+    pushed = sum(r["bytes.trainer_ps.push"] for r in train)
+    assert pulled > rows * 8 * 4  # the row payload plus headers and IDs
+    assert pushed > 0 and all(r["ps.requests"] > 0 for r in train)
+    assert all(r["ps.queue_depth_max"] >= 1 for r in train)

@@ -330,6 +330,9 @@ class Trainer:
             out["ps.requests"] = c.requests - prev[2]
             out["ps.wait_ms"] = (c.wait_s - prev[3]) * 1e3
             self._ps_at_log = (c.bytes_pull, c.bytes_push, c.requests, c.wait_s)
+            shard_stats = self.ps.stats()  # one small request per shard per log interval
+            out["ps.queue_depth_max"] = max(int(st.get("max_queue_depth", 0)) for st in shard_stats)
+            out["ps.busy_s"] = sum(float(st.get("busy_s", 0.0)) for st in shard_stats)
         if self.ec.admission:
             out["admission.rejected"] = sum(a.rejected for a in self.ec.admission.values())
         now = self.ec.counters()
