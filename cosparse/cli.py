@@ -82,6 +82,7 @@ def _ps_serve(args: argparse.Namespace) -> int:
         shard=args.shard, num_shards=args.num_shards, bind=args.bind, data_dir=args.data_dir,
         config=args.config, auth_key=key, curve_secret=args.curve_secret,
         ready_file=args.ready_file, parent_pid=args.parent_pid, restore=args.restore,
+        announce=args.announce,
     ))
 
 
@@ -113,6 +114,9 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
                       help="CURVE server secret key file (from `cosparse ps keygen`)")
     s.add_argument("--ready-file", default=None, help="write the bound endpoint here once serving")
     s.add_argument("--parent-pid", type=int, default=None, help="exit when this parent process is gone")
+    s.add_argument("--announce", default=None, metavar="HOST:PORT",
+                   help="publish this shard's endpoint in torch.distributed's TCPStore there "
+                        "(e.g. torchrun's MASTER_ADDR:MASTER_PORT) for trainers to discover")
     s.add_argument("--restore", default=None,
                    help="restore this snapshot of --data-dir (default: the newest), e.g. the one "
                         "a trainer checkpoint names")

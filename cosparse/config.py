@@ -136,6 +136,10 @@ class RemoteConfig:
     embedded: bool = True
     num_shards: int = 2
     endpoints: list[str] = field(default_factory=list)  # host:port per shard, in shard order
+    # tcpstore: read the endpoints that shards announced (`ps serve --announce`) from the
+    # TCPStore at `tcpstore`, or at torchrun's MASTER_ADDR:MASTER_PORT
+    discovery: Literal["config", "tcpstore"] = "config"
+    tcpstore: str | None = None
     data_dir: str | None = None  # embedded shards' snapshots (default: a temporary directory)
     timeout_s: float = 30.0  # a request not answered in this time fails, naming the shard
     heartbeat_s: float = 1.0
@@ -353,8 +357,12 @@ def validate(cfg: Config) -> Config:
                               "and the PS only; remove store.host")
         if cfg.store.admit_after > 1:
             raise ConfigError("store.admit_after: not supported with supply.path 'ps-direct'")
-        if not remote.embedded and not remote.endpoints:
-            raise ConfigError("store.remote.endpoints: needed when store.remote.embedded is false")
+        if not remote.embedded and remote.discovery == "config" and not remote.endpoints:
+            raise ConfigError("store.remote.endpoints: needed when store.remote.embedded is false "
+                              "(or set store.remote.discovery: tcpstore)")
+        if remote.discovery == "tcpstore" and remote.embedded:
+            raise ConfigError("store.remote.discovery: tcpstore finds external shards; set "
+                              "store.remote.embedded: false")
         if remote.embedded and remote.num_shards < 1:
             raise ConfigError("store.remote.num_shards: must be >= 1")
         if remote.timeout_s <= 0 or remote.heartbeat_s <= 0:

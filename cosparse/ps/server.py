@@ -41,6 +41,7 @@ class ServeOptions:
     ready_file: str | None = None
     parent_pid: int | None = None
     restore: str | None = None  # a snapshot name in data_dir; default: the newest
+    announce: str | None = None  # TCPStore HOST:PORT where this shard publishes its endpoint
 
 
 def read_key_file(path: str | Path) -> bytes:
@@ -117,6 +118,10 @@ class Server:
 
     # --- loop -------------------------------------------------------------------------------
     def serve_forever(self) -> None:
+        if self.opts.announce:
+            from cosparse.ps.discovery import announce
+
+            announce(self.opts.announce, self.shard.num_shards, self.shard.index, self.endpoint)
         if self.opts.ready_file:
             tmp = self.opts.ready_file + ".tmp"
             Path(tmp).write_text(self.endpoint)

@@ -23,6 +23,7 @@ from cosparse.data import BatchStream, make_reader
 from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
 from cosparse.nn.models import build_model
 from cosparse.ps.client import PSClient
+from cosparse.ps.discovery import discover, store_address_from_env
 from cosparse.ps.embedded import EmbeddedShards
 from cosparse.train.checkpoint import (
     CheckpointError,
@@ -122,7 +123,14 @@ class Trainer:
                                              auth_key_file=remote.auth_key)
                 self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s)
             else:
-                self.ps = PSClient(remote.endpoints, remote.timeout_s, remote.heartbeat_s,
+                endpoints = remote.endpoints
+                if remote.discovery == "tcpstore":
+                    address = remote.tcpstore or store_address_from_env()
+                    if address is None:
+                        raise ConfigError("store.remote.tcpstore: not set and MASTER_ADDR/"
+                                          "MASTER_PORT are not in the environment (not torchrun)")
+                    endpoints = discover(address, remote.num_shards, remote.timeout_s)
+                self.ps = PSClient(endpoints, remote.timeout_s, remote.heartbeat_s,
                                    auth_key=remote.auth_key)
                 self.ps.register(cfg.tables)
         except BaseException:
@@ -134,7 +142,7 @@ class Trainer:
             ps_client=self.ps,
         )
         where = (f"{remote.num_shards} embedded shards" if remote.embedded
-                 else f"{len(remote.endpoints)} shards")
+                 else f"{self.ps.num_shards} shards")
         self.log(f"supply ps-direct: {where} at {', '.join(self.ps.endpoints)}")
 
     # --- checkpoints --------------------------------------------------------------------------
@@ -177,7 +185,7 @@ class Trainer:
         """Bring the PS to the snapshots a checkpoint names: restart embedded shards from them,
         or check that external shards were restarted from them."""
         remote, names = self.cfg.store.remote, ps_meta["snapshots"]
-        if len(names) != (remote.num_shards if remote.embedded else len(remote.endpoints)):
+        if len(names) != (remote.num_shards if remote.embedded else self.ps.num_shards):  # type: ignore[union-attr]
             raise CheckpointError(f"checkpoint was taken with {len(names)} PS shards, the config "
                                   "has a different number (store.remote)")
         if remote.embedded:
