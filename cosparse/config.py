@@ -126,7 +126,8 @@ class TierConfig:
 @dataclass
 class HostTierConfig(TierConfig):
     policy: Literal["lru", "lfu", "hotness"] = "lfu"
-    spill: bool = False  # rows the host evicts go to an in-process backing store (until the PS)
+    spill: bool = False  # rows the host evicts go to the tier below: see spill_to
+    spill_to: Literal["memory", "remote"] = "memory"  # an in-process store, or the PS (store.remote)
 
 
 @dataclass
@@ -340,6 +341,9 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("store.admit_after: must be >= 0")
     if cfg.store.ttl_steps < 0:
         raise ConfigError("store.ttl_steps: must be >= 0")
+    if host.spill and host.spill_to == "remote" and cfg.store.ttl_steps:
+        raise ConfigError("store.ttl_steps: the TTL does not reach rows on the PS "
+                          "(store.host.spill_to: remote)")
     if cfg.store.ttl_steps and not cfg.store.tiered:
         raise ConfigError("store.ttl_steps: the TTL works on tiers; set store.device.rows or "
                           "store.device.budget_bytes")

@@ -139,11 +139,14 @@ def first_difference(got: RunResult, ref: RunResult) -> str | None:
 
 
 def tiered(cfg: Config, device_rows: int, lookahead: int, workers: int, policy: str,
-           host_rows: int | None = None, horizon: int = 0) -> Config:
+           host_rows: int | None = None, horizon: int = 0, spill_to: str = "memory") -> Config:
+    from cosparse.config import RemoteConfig
+
     cfg = copy.deepcopy(cfg)
     cfg.store = StoreConfig(
         device=TierConfig(rows=device_rows, policy=policy),
-        host=HostTierConfig(rows=host_rows, spill=host_rows is not None),
+        host=HostTierConfig(rows=host_rows, spill=host_rows is not None, spill_to=spill_to),
+        remote=RemoteConfig(embedded=True, num_shards=2),
     )
     cfg.supply = SupplyConfig(lookahead=lookahead, horizon=horizon)
     cfg.data.workers = workers

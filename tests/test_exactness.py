@@ -180,3 +180,20 @@ def test_ps_direct_is_bit_identical_to_all_resident(cell):
     for pid in got.trainer_pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_tiers_over_the_remote_ps_are_bit_identical(dataset):
+    """Device 10% over host 25% whose victims spill to 2 real PS shard processes."""
+    _skip_missing(dataset)
+    st = stats(dataset, 4)
+    touched = max(v[0] for v in st.values())
+    rows = max(touched // 10, max(v[1] for v in st.values()))
+    cfg = tiered(base_config(dataset, "rowwise_adagrad"), rows, 4, 0, "hotness",
+                 host_rows=max(touched // 4, 2 * rows), spill_to="remote")
+    got = run(cfg)
+    assert first_difference(got, reference(dataset, "rowwise_adagrad")) is None
+    counters = got.trainer.ec.counters()
+    assert sum(c.bytes_host_backing for c in counters.values()) > 0  # rows went down to the PS
+    assert sum(c.backing_hits for c in counters.values()) > 0  # and came back up from it
+    assert got.trainer_pids and got.trainer.shards is None

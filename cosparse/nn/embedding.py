@@ -79,6 +79,7 @@ class EmbeddingCollection(nn.Module):
         lookahead: int = 0,
         admit_after: int = 0,
         ps_client: PSClient | None = None,
+        remote_tier: PSClient | None = None,
     ) -> None:
         super().__init__()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -107,6 +108,7 @@ class EmbeddingCollection(nn.Module):
                 self.tables[t.name] = TieredTable(
                     t, self.device, tp.device_rows, tp.host_rows, tp.spill, tp.device_policy,
                     tp.host_policy, tp.decay, tp.ttl_steps,
+                    remote=remote_tier if tp.spill else None,
                 )
         self.planner = CachePlanner(self.tables, lookahead, windowed=bool(tiers) or bool(ps_client))
         self.ps_client = ps_client

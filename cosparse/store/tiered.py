@@ -1,5 +1,5 @@
-"""TieredTable: one table's rows across a bounded device tier, a host tier and an optional
-in-process backing store (where the remote PS will go), with exact write-back.
+"""TieredTable: one table's rows across a bounded device tier, a host tier and an optional tier
+below it (the remote PS, or an in-process backing store), with exact write-back.
 
 A row has one authoritative copy: the topmost tier that holds it. A lower copy may exist as a
 shadow; a row's dirty bit says the tier below has no identical copy, so a clean victim is simply
@@ -20,7 +20,7 @@ from cosparse.config import TableConfig
 from cosparse.store import kernels
 from cosparse.store.resident import SlabRows, initial_rows
 from cosparse.store.tier import Tier
-from cosparse.store.types import CapacityError, TableCounters
+from cosparse.store.types import CapacityError, RemoteRows, TableCounters
 
 
 class TieredTable(SlabRows):
@@ -37,6 +37,7 @@ class TieredTable(SlabRows):
         host_policy: str = "lfu",
         decay: float = 0.99,
         ttl_steps: int = 0,
+        remote: RemoteRows | None = None,
     ) -> None:
         if host_rows is not None and not spill and host_rows <= 0:
             raise CapacityError(f"table '{cfg.name}': store.host needs rows")
@@ -45,7 +46,14 @@ class TieredTable(SlabRows):
         cpu = torch.device("cpu")
         start = 4 * device_rows  # unbounded tiers start here and double
         self.host = Tier("host", host_rows, self.width, cpu, host_policy, decay, start)
-        self.backing = Tier("backing", None, self.width, cpu, "lfu", decay, start) if spill else None
+        if remote is not None and not spill:
+            raise ValueError("a remote tier sits below the host tier: it needs spill")
+        # below the host: the remote PS, or an in-process backing store
+        self.remote = remote
+        self.backing = (
+            Tier("backing", None, self.width, cpu, "lfu", decay, start)
+            if spill and remote is None else None
+        )
         self.counters = TableCounters()
         self.ttl_steps = ttl_steps
         self._unwant_in_plan = False
@@ -134,6 +142,13 @@ class TieredTable(SlabRows):
             dirty[in_host] = False  # the host keeps an identical shadow copy
             c.host_hits += int(in_host.sum())
         rest = np.flatnonzero(~in_host)
+        if rest.shape[0] and self.remote is not None:
+            # the PS returns every row: one it has never seen starts from (seed, ID) there
+            rows = self.remote.pull(self.cfg.name, ids[rest], with_state=True).rows
+            dev.write(dst[rest], rows)
+            c.bytes_backing_device += rows.nbytes
+            c.backing_hits += rest.shape[0]
+            rest = rest[:0]
         if rest.shape[0] and self.backing is not None:
             bs = self.backing.lookup(ids[rest])
             in_b = bs >= 0
@@ -219,7 +234,7 @@ class TieredTable(SlabRows):
         self.dev.dirty[ds[on_dev]] = True  # its shadow is gone: the device copy is the only one
         down = ~on_dev & host.dirty[victims]
         if down.any():
-            if self.backing is None:
+            if self.backing is None and self.remote is None:
                 raise CapacityError(
                     f"table '{self.cfg.name}': the host tier ({host.capacity} rows) is full and "
                     "there is no tier below it (set store.host.spill: true or a larger store.host)"
@@ -232,9 +247,12 @@ class TieredTable(SlabRows):
     def _backing_put(
         self, ids: np.ndarray, rows: np.ndarray, counts: np.ndarray, last: np.ndarray
     ) -> None:
+        self.counters.bytes_host_backing += rows.nbytes
+        if self.remote is not None:  # written down to the PS (rows with their state)
+            self.remote.push_rows(self.cfg.name, ids, np.ascontiguousarray(rows, np.float32))
+            return
         b = self.backing
         assert b is not None
-        self.counters.bytes_host_backing += rows.nbytes
         bs = b.lookup(ids)
         present = bs >= 0
         if present.any():
@@ -324,6 +342,9 @@ class TieredTable(SlabRows):
             if found.any():
                 rows[todo[found]] = tier.read(s[found])
             todo = todo[~found]
+        if todo.shape[0] and self.remote is not None:  # read without creating
+            rows[todo] = self.remote.pull(self.cfg.name, ids[todo], with_state=True, peek=True).rows
+            todo = todo[:0]
         if todo.shape[0]:
             rows[todo] = self.initial_rows(ids[todo])
         return rows
@@ -347,6 +368,8 @@ class TieredTable(SlabRows):
                 if tier is not None:
                     s = tier.occupied_slots()
                     parts.append((tier.slot_ids[s], tier.read(s)))
+            if self.remote is not None:
+                parts.append(self.remote.dump(self.cfg.name))
             ids = np.concatenate([p[0] for p in parts])
             rows = np.concatenate([p[1] for p in parts])
             _, first = np.unique(ids, return_index=True)  # topmost copy wins
@@ -366,7 +389,7 @@ class TieredTable(SlabRows):
                     tier.pins[:] = 0
             self._pinned.clear()
             n_host = ids.shape[0] if not self.host.bounded else min(ids.shape[0], self.host.capacity)
-            if n_host < ids.shape[0] and self.backing is None:
+            if n_host < ids.shape[0] and self.backing is None and self.remote is None:
                 raise CapacityError(f"table '{self.cfg.name}': checkpoint has {ids.shape[0]} rows, "
                                     f"the host tier holds {self.host.capacity} and nothing is below")
             zeros_f, zeros_i = np.zeros(ids.shape[0], np.float32), np.zeros(ids.shape[0], np.int64)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+import numpy as np
 
 
 class CapacityError(RuntimeError):
@@ -37,3 +40,14 @@ class TableCounters:
 
     def copy(self) -> TableCounters:
         return TableCounters(**self.as_dict())
+
+
+class RemoteRows(Protocol):
+    """What the tiers need from a remote store beneath the host (the PS client provides it)."""
+
+    def pull(self, table: str, ids: np.ndarray, with_state: bool = False, peek: bool = False
+             ) -> Any: ...  # .rows [n, dim(+state)]
+
+    def push_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> Any: ...
+
+    def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]: ...

@@ -80,9 +80,10 @@ class Trainer:
         self.sizing: SizingReport | None = None
         self.shards: EmbeddedShards | None = None
         self.ps: PSClient | None = None
+        self._remote_tier = cfg.store.host.spill and cfg.store.host.spill_to == "remote"
         if cfg.store.tiered:
             self._install_tiers()
-        if cfg.supply.path == "ps-direct":
+        if cfg.supply.path == "ps-direct" or self._remote_tier:
             self._install_ps()
         self.ec = self.model.ec
         self.dense_opt = make_dense_optimizer(cfg, list(self.model.parameters()))
@@ -103,7 +104,7 @@ class Trainer:
             dense = measure_dense_bytes(self.model, probe[0], cfg.model.dense_optimizer.kind)
         self.sizing = size_tiers(cfg, probe, dense)
         self.log(describe(self.sizing))
-        if cfg.supply.path == "ps-direct":
+        if cfg.supply.path == "ps-direct" or self._remote_tier:
             return  # the PS-backed collection is built with the client (_install_ps)
         self.model.ec = EmbeddingCollection(
             cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
@@ -136,14 +137,22 @@ class Trainer:
         except BaseException:
             self.close()
             raise
-        self.model.ec = EmbeddingCollection(
-            cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
-            tiers=self.sizing.plans if self.sizing else None, lookahead=cfg.supply.lookahead,
-            ps_client=self.ps,
-        )
+        self.model.ec = self._ps_collection()
         where = (f"{remote.num_shards} embedded shards" if remote.embedded
                  else f"{self.ps.num_shards} shards")
-        self.log(f"supply ps-direct: {where} at {', '.join(self.ps.endpoints)}")
+        role = "supply ps-direct" if cfg.supply.path == "ps-direct" else "remote tier below host"
+        self.log(f"{role}: {where} at {', '.join(self.ps.endpoints)}")
+
+    def _ps_collection(self) -> EmbeddingCollection:
+        """The collection over the PS: architecture A, or tiers whose lowest level is the PS."""
+        cfg = self.cfg
+        arch_a = cfg.supply.path == "ps-direct"
+        return EmbeddingCollection(
+            cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
+            tiers=self.sizing.plans if self.sizing else None, lookahead=cfg.supply.lookahead,
+            admit_after=cfg.store.admit_after,
+            ps_client=self.ps if arch_a else None, remote_tier=None if arch_a else self.ps,
+        )
 
     # --- checkpoints --------------------------------------------------------------------------
     @property
@@ -196,11 +205,7 @@ class Trainer:
             self.shards = EmbeddedShards(remote.num_shards, self.cfg.tables, remote.data_dir,
                                          auth_key_file=remote.auth_key, restore=names)
             self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s)
-            self.model.ec = self.ec = EmbeddingCollection(
-                self.cfg.tables, self.device, self.cfg.store.device.budget_bytes,  # type: ignore[arg-type]
-                tiers=self.sizing.plans if self.sizing else None,
-                lookahead=self.cfg.supply.lookahead, ps_client=self.ps,
-            )
+            self.model.ec = self.ec = self._ps_collection()
             return
         assert self.ps is not None
         for i, st in enumerate(self.ps.stats()):
