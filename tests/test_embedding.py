@@ -133,3 +133,35 @@ def test_tiered_collection_matches_resident_on_each_device(device):
     assert np.array_equal(a["ids"][order_a], b["ids"][order_b])
     assert np.array_equal(a["rows"][order_a], b["rows"][order_b])
     assert tiered.tables["t"].counters.evictions_device > 0
+
+
+def test_slab_growth_on_the_planner_thread_loses_no_update():
+    """The planner thread grows the slab while the trainer updates rows: no update is lost."""
+    import threading
+
+    tc = TableConfig(name="t", dim=4, features=["a"], num_embeddings=16,
+                     optimizer=OptimizerConfig(kind="sgd", lr=1.0))
+    table = EmbeddingCollection([tc]).tables["t"]
+    hot = np.arange(8, dtype=np.int64)
+    slots = table.slots_for(hot)
+    stop = threading.Event()
+
+    def grow_forever() -> None:
+        start = 100
+        while not stop.is_set():
+            table.slots_for(np.arange(start, start + 2000, dtype=np.int64))
+            start += 2000
+
+    grower = threading.Thread(target=grow_forever)
+    grower.start()
+    try:
+        for _ in range(300):
+            w, s = table.gather(slots)
+            table.apply_gradients(w, s, torch.ones(8, 4), slots, 1)  # each step: row -= 1
+    finally:
+        stop.set()
+        grower.join()
+    final = table.slab[torch.from_numpy(table.ids.lookup(hot)), :4]
+    expect = torch.from_numpy(table.initial_rows(hot)[:, :4]) - 300
+    assert table.capacity > 16 * 64  # it really grew many times meanwhile
+    torch.testing.assert_close(final, expect, rtol=0, atol=1e-4)

@@ -4,6 +4,8 @@ side), with a dynamic vocabulary. This is the reference placement that tiered st
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -48,6 +50,8 @@ class SlabRows:
         self.row_bytes = 4 * self.width
         self._w_buf = torch.empty(0, self.dim, device=device)
         self._s_buf = torch.empty(0, self.width - self.dim, device=device)
+        # the trainer reads and updates rows while the planner thread may reallocate the slab
+        self._slab_lock = threading.Lock()
 
     @property
     def slab_array(self) -> np.ndarray | None:
@@ -66,27 +70,29 @@ class SlabRows:
             self._w_buf = torch.empty(cap, self.dim, device=self.device)
             self._s_buf = torch.empty(cap, self.width - self.dim, device=self.device)
         w, s = self._w_buf[:u], self._s_buf[:u]
-        arr = self.slab_array
-        if arr is not None:
-            kernels.gather_rows(arr, slots, self.dim, w.numpy(), s.numpy())
-        else:
-            idx = torch.from_numpy(slots).to(self.device)
-            rows = self.slab.index_select(0, idx.clamp(min=0))
-            rows[idx < 0] = 0.0  # not admitted: the shared default (zero) row
-            w.copy_(rows[:, : self.dim])
-            s.copy_(rows[:, self.dim :])
+        with self._slab_lock:
+            arr = self.slab_array
+            if arr is not None:
+                kernels.gather_rows(arr, slots, self.dim, w.numpy(), s.numpy())
+            else:
+                idx = torch.from_numpy(slots).to(self.device)
+                rows = self.slab.index_select(0, idx.clamp(min=0))
+                rows[idx < 0] = 0.0  # not admitted: the shared default (zero) row
+                w.copy_(rows[:, : self.dim])
+                s.copy_(rows[:, self.dim :])
         return w, s
 
     def apply_gradients(
         self, w: torch.Tensor, s: torch.Tensor, g: torch.Tensor, slots: np.ndarray, step: int
     ) -> None:
         """Optimizer update of the gathered rows, written straight back into the slab."""
-        arr = self.slab_array
-        if arr is not None:
-            self.optimizer.update(w.numpy(), s.numpy(), g.contiguous().numpy(), step, arr, slots)
-        else:
-            dev_slots = torch.from_numpy(slots).to(self.device)
-            self.optimizer.update(w, s, g, step, self.slab, dev_slots)
+        with self._slab_lock:
+            arr = self.slab_array
+            if arr is not None:
+                self.optimizer.update(w.numpy(), s.numpy(), g.contiguous().numpy(), step, arr, slots)
+            else:
+                dev_slots = torch.from_numpy(slots).to(self.device)
+                self.optimizer.update(w, s, g, step, self.slab, dev_slots)
 
     # planning hooks: an all-resident table needs no pins
     def release(self, seq: int) -> None:
@@ -118,6 +124,7 @@ class ResidentTable(SlabRows):
         self._init_layout(cfg, device)
         self.max_bytes = max_bytes
         self.ids = IdMap(expected=cfg.num_embeddings or 65536)
+        self._ids_lock = threading.Lock()
         rows = cfg.num_embeddings or 65536
         if max_bytes is not None:
             rows = max(1, min(rows, max_bytes // self.row_bytes))
@@ -151,9 +158,10 @@ class ResidentTable(SlabRows):
                     f"store.device.budget_bytes holds {limit} rows"
                 )
             new_rows = min(new_rows, limit)
-        old = self.slab
-        self.slab = self._alloc(new_rows)
-        self.slab[:valid_rows].copy_(old[:valid_rows])
+        with self._slab_lock:  # no gather or update may touch the old slab meanwhile
+            old = self.slab
+            self.slab = self._alloc(new_rows)
+            self.slab[:valid_rows].copy_(old[:valid_rows])
 
     # --- ID work --------------------------------------------------------------------------
     def map_ids(self, ids: np.ndarray) -> np.ndarray:
@@ -164,7 +172,8 @@ class ResidentTable(SlabRows):
 
     def slots_for(self, unique: np.ndarray) -> np.ndarray:
         """Slots of unique IDs; new IDs get rows initialised from (table seed, ID)."""
-        slots, first_new = self.ids.lookup_or_insert(unique)
+        with self._ids_lock:
+            slots, first_new = self.ids.lookup_or_insert(unique)
         n = self.ids.size
         if n > first_new:
             if n > self.capacity:
@@ -190,13 +199,15 @@ class ResidentTable(SlabRows):
 
         Used for evaluation, which must not change the table.
         """
-        slots = self.ids.lookup(unique)
+        with self._ids_lock:  # the planner thread may be inserting (and rehashing) meanwhile
+            slots = self.ids.lookup(unique)
         found = slots >= 0
         out = torch.empty(unique.shape[0], self.dim, device=self.device)
         if found.any():
-            out[torch.from_numpy(found).to(self.device)] = self.slab[
-                torch.from_numpy(slots[found]).to(self.device), : self.dim
-            ]
+            with self._slab_lock:
+                out[torch.from_numpy(found).to(self.device)] = self.slab[
+                    torch.from_numpy(slots[found]).to(self.device), : self.dim
+                ]
         if not found.all():
             fresh = self.initial_rows(unique[~found])[:, : self.dim]
             out[torch.from_numpy(~found).to(self.device)] = torch.from_numpy(fresh).to(self.device)
