@@ -288,10 +288,7 @@ class PSClient:
             self._rid = (self._rid + 1) & 0xFFFFFFFFFFFFFFFF
             msg.request_id = self._rid
             frames = P.encode(msg, self.key)
-            try:
-                self.socks[i].send_multipart(frames, zmq.NOBLOCK, copy=False)
-            except zmq.Again as e:
-                raise PSUnavailable(i, self.endpoints[i], "send queue full (shard not reachable)") from e
+            self._send(i, frames, min(timeout, 3 * self.heartbeat_s))
             self._count(msg.op, P.frames_nbytes(frames))
             self.counters.requests += 1
             pending[msg.request_id] = (i, msg.op, time.monotonic())
@@ -345,6 +342,23 @@ class PSClient:
                 raise PSError(i, self.endpoints[i], msg.error, msg.text)
             pending.pop(msg.request_id)
             replies[i] = msg
+
+    def _send(self, i: int, frames: list, wait_s: float) -> None:
+        """Send to shard ``i``; with no connection yet, wait up to ``wait_s`` for one (a refused
+        CURVE handshake is reported as such, not as an unreachable shard)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.socks[i].send_multipart(frames, zmq.NOBLOCK, copy=False)
+                return
+            except zmq.Again:
+                self._drain_monitor(i)
+                if self.auth_failed[i]:
+                    raise PSAuthError(i, self.endpoints[i], P.E_AUTH, "CURVE handshake refused") from None
+                if time.monotonic() > deadline:
+                    raise PSUnavailable(i, self.endpoints[i], f"not connected after {wait_s:g} s "
+                                                              "(send queue full)") from None
+                self.monitors[i].poll(50)
 
     def _check_health(self, pending: dict, grace: float) -> None:
         now = time.monotonic()
