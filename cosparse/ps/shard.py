@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from cosparse.config import ConfigError, TableConfig, from_dict
+from cosparse.durable import fsync_dir
 from cosparse.optim import SparseOptimizer
 from cosparse.ps.protocol import shard_of
 from cosparse.store import kernels
@@ -276,12 +277,12 @@ class Shard:
                 written.append((t, slots))
             data = json.dumps(manifest, indent=1, sort_keys=True).encode()
             _write_bytes(tmp / "manifest.json", data)
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             os.rename(tmp, snaps / name)
-            _fsync_dir(snaps)
+            fsync_dir(snaps)
             _write_bytes(root / ".LATEST.tmp", name.encode())
             os.replace(root / ".LATEST.tmp", root / "LATEST")
-            _fsync_dir(root)
+            fsync_dir(root)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -380,9 +381,3 @@ def _write_npy(path: Path, arr: np.ndarray) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

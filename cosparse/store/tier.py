@@ -8,6 +8,8 @@ Bounded tiers have a fixed number of slots; unbounded ones grow.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -192,6 +194,19 @@ class Tier:
             self.hand, n, out, self.wanted,
         )
         return out[:found]
+
+    def make_room(
+        self, n: int, now: int, evict: Callable[[np.ndarray], None], shrink: Callable[[], bool]
+    ) -> bool:
+        """Free slots until ``n`` are free: ``evict`` the victims, or ``shrink()`` the pinned
+        window when every row is pinned. False when neither helps (the tier is too small)."""
+        while n > self.n_free:
+            victims = self.victims(n - self.n_free, now)
+            if victims.shape[0]:
+                evict(victims)
+            elif not shrink():
+                return False
+        return True
 
     def touch(self, slots: np.ndarray, now: int) -> None:
         kernels.touch(slots, self.counts, self.last, now, self.log_decay)

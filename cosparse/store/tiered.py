@@ -104,16 +104,12 @@ class TieredTable(SlabRows):
             n_miss = miss_ids.shape[0]
             c.lookups += unique.shape[0]
             c.device_hits += int(hit.sum())
-            while n_miss > dev.n_free:
-                victims = dev.victims(n_miss - dev.n_free, seq)
-                if victims.shape[0]:
-                    self._evict_device(victims, seq)
-                elif not shrink():
-                    kernels.add_pins(slots[hit], dev.pins, -1)
-                    raise CapacityError(
-                        f"table '{self.cfg.name}': the device tier holds {dev.capacity} rows but "
-                        f"one batch needs {unique.shape[0]} unique rows (store.device is too small)"
-                    )
+            if not dev.make_room(n_miss, seq, lambda v: self._evict_device(v, seq), shrink):
+                kernels.add_pins(slots[hit], dev.pins, -1)
+                raise CapacityError(
+                    f"table '{self.cfg.name}': the device tier holds {dev.capacity} rows but "
+                    f"one batch needs {unique.shape[0]} unique rows (store.device is too small)"
+                )
             if n_miss:
                 new_slots = dev.alloc(n_miss)
                 self._fill(miss_ids, new_slots)

@@ -154,17 +154,16 @@ class PSCachedTable(SlabRows):
         miss = unique[~hit]
         c.lookups += unique.shape[0]
         c.device_hits += int(hit.sum())
-        while miss.shape[0] > dev.n_free:
-            victims = dev.victims(miss.shape[0] - dev.n_free, seq)
-            if victims.shape[0]:  # written through: the PS already holds these rows
-                dev.remove(victims)
-                c.evictions_device += victims.shape[0]
-            elif not shrink():
-                kernels.add_pins(slots[hit], dev.pins, -1)
-                raise CapacityError(
-                    f"table '{self.cfg.name}': the device cache holds {dev.capacity} rows but one "
-                    f"batch needs {unique.shape[0]} unique rows"
-                )
+        def drop(victims: np.ndarray) -> None:  # written through: the PS holds these rows
+            dev.remove(victims)
+            c.evictions_device += victims.shape[0]
+
+        if not dev.make_room(miss.shape[0], seq, drop, shrink):
+            kernels.add_pins(slots[hit], dev.pins, -1)
+            raise CapacityError(
+                f"table '{self.cfg.name}': the device cache holds {dev.capacity} rows but one "
+                f"batch needs {unique.shape[0]} unique rows"
+            )
         if miss.shape[0]:
             # rows of batches in flight are cached and pinned, so a miss is never being updated
             rows = self.client.pull(self.cfg.name, miss, with_state=True).rows

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from cosparse.durable import fsync_dir
+
 FORMAT_VERSION = 1
 _LATEST = "LATEST"
 
@@ -30,14 +32,6 @@ class TrainState:
     step: int
     epoch: int
     batch_in_epoch: int
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_checkpoint(
@@ -82,7 +76,7 @@ def save_checkpoint(
             json.dump(meta, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -92,7 +86,7 @@ def save_checkpoint(
     latest_tmp = root / f".{_LATEST}.tmp"
     latest_tmp.write_text(final.name)
     os.replace(latest_tmp, root / _LATEST)
-    _fsync_dir(root)
+    fsync_dir(root)
     old = sorted(p for p in root.glob("step_*") if p.is_dir())
     for p in old[: max(0, len(old) - keep)]:
         shutil.rmtree(p, ignore_errors=True)
