@@ -8,6 +8,7 @@ per (feature, sample). Conversion to and from that layout needs no torchrec impo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ class SparseBatch:
     labels:  float32 [batch_size].
     bad_records: records of the source chunk that were skipped (``on_bad_record: skip``).
     index:   position of this batch in its stream (used for resume and ordering checks).
+    delivery, wire_bytes: see the field comments (set by the batch stream).
     """
 
     keys: list[str]
@@ -34,6 +36,10 @@ class SparseBatch:
     bad_records: int = 0
     index: int = 0
     _offsets: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    # what travelled with the batch from a data worker: rows it delivered (architecture B) and
+    # the bytes of the whole message on the worker->trainer link
+    delivery: Any = field(default=None, repr=False, compare=False)
+    wire_bytes: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.values.dtype != torch.int64:

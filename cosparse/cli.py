@@ -1,5 +1,5 @@
-"""Command line: ``cosparse train``, ``cosparse plan`` and ``cosparse ps serve|keygen`` (more
-subcommands arrive with their issues)."""
+"""Command line: ``cosparse train``, ``cosparse compare``, ``cosparse plan`` and ``cosparse ps
+serve|keygen`` (more subcommands arrive with their issues)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,30 @@ def _plan(args: argparse.Namespace) -> int:
     except DataError as e:
         print(f"cosparse: data error: {e}", file=sys.stderr)
         return 3
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from cosparse.data.errors import DataError
+    from cosparse.report.compare import compare
+
+    try:
+        result = compare(args.config, args.a, args.b, args.steps, args.out, warmup=args.warmup,
+                         link_mbps=args.link_mbps, link_latency_ms=args.link_latency_ms,
+                         data=args.data)
+    except ConfigError as e:
+        print(f"cosparse: error: {e}", file=sys.stderr)
+        return 2
+    except DataError as e:
+        print(f"cosparse: data error: {e}", file=sys.stderr)
+        return 3
+    a, b = result["runs"]["a"], result["runs"]["b"]
+    print(json.dumps({
+        "loss_identical": result["loss_identical"],
+        "samples_per_s": {"a": a["samples_per_s"], "b": b["samples_per_s"]},
+        "bytes_per_step": {"a": a["bytes_per_step"], "b": b["bytes_per_step"]},
+        "out": args.out,
+    }, sort_keys=True))
     return 0
 
 
@@ -148,6 +172,20 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--decay", type=float, default=0.99, help="hotness decay per batch")
     pl.add_argument("--no-progress", action="store_true", help="no progress bars")
     pl.set_defaults(func=_plan)
+    c = sub.add_parser("compare", help="train two variants (A and B) on the same data and "
+                                        "write compare.json and report.html")
+    c.add_argument("--config", required=True)
+    c.add_argument("--a", default="arch-a", help="PRESET[,key=value...] (default arch-a)")
+    c.add_argument("--b", default="arch-b", help="PRESET[,key=value...] (default arch-b)")
+    c.add_argument("--steps", type=int, required=True, help="steps of each run")
+    c.add_argument("--warmup", type=int, default=None,
+                   help="steps before measuring (default: a fifth of --steps, at most 50)")
+    c.add_argument("--link-mbps", type=float, default=None,
+                   help="shape every simulated link to this bandwidth (one bucket per link)")
+    c.add_argument("--link-latency-ms", type=float, default=0.0, help="one-way latency per message")
+    c.add_argument("--data", default=None, help="override data.path")
+    c.add_argument("--out", default="runs/compare", help="directory for compare.json and report.html")
+    c.set_defaults(func=_compare)
     _add_ps(sub)
     return p
 

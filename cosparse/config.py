@@ -6,6 +6,7 @@ Every section is a dataclass. Unknown keys, wrong types and inconsistent setting
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
@@ -169,9 +170,24 @@ class StoreConfig:
 class SupplyConfig:
     # resident: rows in the local tiers (all on the device without a device capacity);
     # ps-direct: architecture A, rows on the parameter server, pulled and pushed every step
-    path: Literal["resident", "ps-direct"] = "resident"
+    # collaborative: architecture B, data workers deliver the cold rows from the PS with the batch
+    path: Literal["resident", "ps-direct", "collaborative"] = "resident"
     lookahead: int = 1  # plan and pin this many batches ahead on a background thread (0: inline)
     horizon: int = 0  # batches read beyond the lookahead whose rows eviction passes over
+    # collaborative only:
+    fallback: Literal["ps-direct"] | None = None  # on a run-time failure, the trainer pulls itself
+    publish_every: int = 1  # steps between two publications of the resident filter
+    publish_timeout_s: float = 30.0  # a filter request unserved this long is a failure
+    max_stale_rate: float = 0.5  # stale drops / delivered rows (over 2000+ rows) above: failure
+    filter_bits_per_row: int = 10  # resident-filter size per row of device + host capacity
+
+
+@dataclass
+class NetworkConfig:
+    """Simulated links (one token bucket per link, shared by its sockets); None: unshaped."""
+
+    link_mbps: float | None = None
+    link_latency_ms: float = 0.0
 
 
 @dataclass
@@ -202,9 +218,10 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     tables: list[TableConfig] = field(default_factory=list)
-    preset: Literal["resident"] | None = None
+    preset: Literal["resident", "arch-a", "arch-b"] | None = None
     store: StoreConfig = field(default_factory=StoreConfig)
     supply: SupplyConfig = field(default_factory=SupplyConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
@@ -270,6 +287,36 @@ def from_dict(cls: type, data: Any, key: str = "") -> Any:
             raise ConfigError(f"unknown key '{full}'{hint}; known keys: {', '.join(names)}")
         kwargs[k] = _convert(hints[k], v, full)
     return cls(**kwargs)
+
+
+def _validate_supply(cfg: Config) -> None:
+    sp, host = cfg.supply, cfg.store.host
+    if sp.path == "ps-direct" and (host.rows is not None or host.budget_bytes is not None
+                                   or host.spill):
+        raise ConfigError("store.host: supply.path 'ps-direct' keeps rows on the device cache "
+                          "and the PS only; remove store.host")
+    if sp.path != "collaborative":
+        if sp.fallback is not None:
+            raise ConfigError(f"supply.fallback: only supply.path 'collaborative' falls back "
+                              f"(this run is '{sp.path}')")
+        return
+    if not cfg.store.tiered:
+        raise ConfigError("store.device: supply.path 'collaborative' needs a device capacity "
+                          "(store.device.budget_bytes or rows)")
+    if host.rows is None and host.budget_bytes is None:
+        raise ConfigError("store.host: supply.path 'collaborative' needs a bounded host tier "
+                          "(store.host.rows or budget_bytes): the cold rows live on the PS")
+    if not host.spill or host.spill_to != "remote":
+        raise ConfigError("store.host.spill/spill_to: supply.path 'collaborative' writes host "
+                          "victims to the PS: set spill: true and spill_to: remote")
+    if sp.publish_every < 1:
+        raise ConfigError("supply.publish_every: must be >= 1")
+    if sp.publish_timeout_s <= 0:
+        raise ConfigError("supply.publish_timeout_s: must be positive")
+    if not 0.0 < sp.max_stale_rate <= 1.0:
+        raise ConfigError("supply.max_stale_rate: must be in (0, 1]")
+    if sp.filter_bits_per_row < 1:
+        raise ConfigError("supply.filter_bits_per_row: must be >= 1")
 
 
 def validate(cfg: Config) -> Config:
@@ -353,14 +400,11 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("supply.lookahead: must be >= 0")
     if cfg.supply.horizon < 0:
         raise ConfigError("supply.horizon: must be >= 0")
-    if cfg.supply.path == "ps-direct":
+    _validate_supply(cfg)
+    if cfg.supply.path != "resident" or (host.spill and host.spill_to == "remote"):
         remote = cfg.store.remote
-        host = cfg.store.host
-        if host.rows is not None or host.budget_bytes is not None or host.spill:
-            raise ConfigError("store.host: supply.path 'ps-direct' keeps rows on the device cache "
-                              "and the PS only; remove store.host")
-        if cfg.store.admit_after > 1:
-            raise ConfigError("store.admit_after: not supported with supply.path 'ps-direct'")
+        if cfg.store.admit_after > 1 and cfg.supply.path != "resident":
+            raise ConfigError(f"store.admit_after: not supported with supply.path '{cfg.supply.path}'")
         if not remote.embedded and remote.discovery == "config" and not remote.endpoints:
             raise ConfigError("store.remote.endpoints: needed when store.remote.embedded is false "
                               "(or set store.remote.discovery: tcpstore)")
@@ -371,6 +415,11 @@ def validate(cfg: Config) -> Config:
             raise ConfigError("store.remote.num_shards: must be >= 1")
         if remote.timeout_s <= 0 or remote.heartbeat_s <= 0:
             raise ConfigError("store.remote.timeout_s/heartbeat_s: must be positive")
+    net = cfg.network
+    if net.link_mbps is not None and net.link_mbps <= 0:
+        raise ConfigError("network.link_mbps: must be positive (or null for an unshaped link)")
+    if net.link_latency_ms < 0:
+        raise ConfigError("network.link_latency_ms: must be >= 0")
     if cfg.model.kind in ("deepfm",):
         dims = {t.dim for t in cfg.tables}
         if len(dims) > 1:
@@ -387,19 +436,74 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
-    """Read a YAML config; ``overrides`` maps dotted keys (``train.steps``) to values."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file not found: {p}")
-    raw = yaml.safe_load(p.read_text()) or {}
-    for dotted, value in (overrides or {}).items():
+# A preset sets defaults; every key the config gives overrides it.
+PRESETS: dict[str, dict[str, Any]] = {
+    "resident": {"supply": {"path": "resident"}},
+    # A: rows on the PS, pulled and pushed each step; a write-through device cache when
+    # store.device has a capacity; no host tier; double-buffered pulls
+    "arch-a": {"supply": {"path": "ps-direct", "lookahead": 1},
+               "store": {"device": {"policy": "hotness"}}},
+    # B: device, host and PS tiers by hotness; workers deliver the cold rows; lookahead 4
+    "arch-b": {"supply": {"path": "collaborative", "lookahead": 4, "fallback": "ps-direct"},
+               "store": {"device": {"policy": "hotness"},
+                         "host": {"policy": "lfu", "spill": True, "spill_to": "remote"}}},
+}
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def apply_preset(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` (a config mapping) over the defaults of its ``preset``. A switch that leaves
+    the preset's architecture drops the preset settings it would contradict (ps-direct has
+    no host tier; a run without a PS has no collaborative fallback)."""
+    name = raw.get("preset")
+    if name is None:
+        return raw
+    if name not in PRESETS:
+        raise ConfigError(f"preset: {name!r} is not one of {', '.join(map(repr, PRESETS))}")
+    preset = copy.deepcopy(PRESETS[name])
+    path = (raw.get("supply") or {}).get("path", preset.get("supply", {}).get("path"))
+    if path == "ps-direct":
+        preset.get("store", {}).pop("host", None)
+    if path != "collaborative":
+        preset.get("supply", {}).pop("fallback", None)
+    return _merge(preset, raw)
+
+
+def set_dotted(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted keys (``train.steps``) in a config mapping, in place; returns it."""
+    for dotted, value in overrides.items():
         node = raw
         parts = dotted.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
-    return validate(from_dict(Config, raw))
+    return raw
+
+
+def config_from_mapping(raw: dict[str, Any]) -> Config:
+    """A validated Config from a mapping (its preset applied)."""
+    return validate(from_dict(Config, apply_preset(raw)))
+
+
+def read_config_mapping(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    raw = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level")
+    return raw
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
+    """Read a YAML config; ``overrides`` maps dotted keys (``train.steps``) to values."""
+    return config_from_mapping(set_dotted(read_config_mapping(path), overrides or {}))
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

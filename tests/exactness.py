@@ -164,3 +164,20 @@ def ps_direct(cfg: Config, num_shards: int, lookahead: int, cache_rows: int | No
                             device=TierConfig(rows=cache_rows, policy=policy))
     cfg.supply = SupplyConfig(path="ps-direct", lookahead=lookahead)
     return cfg
+
+
+def collaborative(cfg: Config, device_rows: int, host_rows: int, lookahead: int, workers: int,
+                  num_shards: int = 2, fallback: str | None = None) -> Config:
+    """Architecture B: device and host tiers over ``num_shards`` embedded PS shards, with the data
+    workers delivering the rows the resident filter does not hold."""
+    from cosparse.config import RemoteConfig
+
+    cfg = copy.deepcopy(cfg)
+    cfg.store = StoreConfig(
+        device=TierConfig(rows=device_rows, policy="hotness"),
+        host=HostTierConfig(rows=host_rows, spill=True, spill_to="remote"),
+        remote=RemoteConfig(embedded=True, num_shards=num_shards),
+    )
+    cfg.supply = SupplyConfig(path="collaborative", lookahead=lookahead, fallback=fallback)
+    cfg.data.workers = workers
+    return cfg

@@ -12,7 +12,16 @@ import functools
 
 import numpy as np
 import pytest
-from exactness import CRITEO, base_config, first_difference, ps_direct, run, tiered, trace_stats
+from exactness import (
+    CRITEO,
+    base_config,
+    collaborative,
+    first_difference,
+    ps_direct,
+    run,
+    tiered,
+    trace_stats,
+)
 
 DATASETS = ["zipf", "criteo"]
 # (optimizer, policy, capacity, lookahead, workers, host, horizon)
@@ -121,8 +130,8 @@ def test_rows_planned_ahead_are_never_evicted_before_their_batch_trains(monkeypa
     trained: dict[int, int] = {}
     plan, gather = TieredTable.plan, TieredTable.gather
 
-    def recording_plan(self, unique, seq, shrink):
-        slots = plan(self, unique, seq, shrink)
+    def recording_plan(self, unique, seq, shrink, delivered=None):
+        slots = plan(self, unique, seq, shrink, delivered)
         planned.setdefault(id(self), []).append((seq, unique.copy(), slots.copy()))
         return slots
 
@@ -197,3 +206,52 @@ def test_tiers_over_the_remote_ps_are_bit_identical(dataset):
     assert sum(c.bytes_host_backing for c in counters.values()) > 0  # rows went down to the PS
     assert sum(c.backing_hits for c in counters.values()) > 0  # and came back up from it
     assert got.trainer_pids and got.trainer.shards is None
+
+
+# (dataset, optimizer, workers, lookahead, device, host, shards)
+COLLAB_CELLS = [
+    ("zipf", "rowwise_adagrad", 0, 4, "10%", "10%", 2),
+    ("zipf", "adam", 2, 0, "1%", "100%", 1),
+    ("criteo", "sgd", 2, 4, "1%", "10%", 2),
+    ("criteo", "rowwise_adagrad", 0, 0, "10%", "100%", 1),
+]
+
+
+def collab_config(dataset, optimizer, workers, lookahead, device, host, shards, fallback=None):
+    st = stats(dataset, lookahead)
+    touched = max(v[0] for v in st.values())
+    window = max(v[1] for v in st.values())
+    dev = max(touched // (100 if device == "1%" else 10), window)
+    host_rows = touched if host == "100%" else max(touched // 10, window)
+    return collaborative(base_config(dataset, optimizer), dev, host_rows, lookahead, workers,
+                         shards, fallback)
+
+
+def test_collaborative_cells_cover_every_value():
+    cols = list(zip(*COLLAB_CELLS, strict=True))
+    assert set(cols[2]) == {0, 2} and set(cols[3]) == {0, 4} and set(cols[4]) == {"1%", "10%"}
+    assert set(cols[5]) == {"10%", "100%"} and set(cols[6]) == {1, 2}
+
+
+@pytest.mark.parametrize("cell", COLLAB_CELLS, ids=lambda c: "-".join(map(str, c)))
+def test_collaborative_supply_is_bit_identical(cell):
+    """Architecture B: data workers deliver the rows the resident filter does not hold."""
+    import os
+
+    dataset, optimizer, workers, *_ = cell
+    _skip_missing(dataset)
+    got = run(collab_config(*cell))
+    diff = first_difference(got, reference(dataset, optimizer))
+    assert diff is None, f"{cell}: {diff}"
+    t, sc = got.trainer, got.trainer.supply_counters
+    counters = t.ec.counters()
+    assert sc.delivered_rows > 0 and sc.used_rows > 0
+    assert sum(c.delivered_hits for c in counters.values()) == sc.used_rows
+    assert sc.used_rows + sc.wasted_rows + sc.stale_drops == sc.delivered_rows
+    if cell[5] == "10%":  # host victims went down to the PS and came back delivered
+        assert sum(c.bytes_host_backing for c in counters.values()) > 0
+    if workers:  # the rows came from the data-worker processes, not from the trainer's
+        assert t.delivering_pids and os.getpid() not in t.delivering_pids
+    else:
+        assert t.delivering_pids == {os.getpid()}
+    assert not t.fallbacks

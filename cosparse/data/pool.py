@@ -18,10 +18,11 @@ import time
 import traceback
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from cosparse.batch import SparseBatch
 from cosparse.data.reader import Reader
+from cosparse.link import LinkShaper
 
 _POLL_S = 0.5  # how often a waiting main process checks that its worker is alive
 
@@ -44,7 +45,37 @@ def _context(start_method: str | None) -> mp.context.BaseContext:
     return ctx
 
 
-def _worker_main(reader: Reader, in_q: Any, out_q: Any) -> None:
+class WorkerExited(RuntimeError):
+    """A data worker process died before returning its batch."""
+
+
+class PlainCodec:
+    """Batches travel as plain numpy arrays through the worker's queue."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+
+    def encode(self, task: Any) -> dict[str, Any]:  # in the worker
+        return self.reader.build(task).to_arrays()
+
+    def decode(self, payload: dict[str, Any]) -> SparseBatch:  # in the consumer
+        batch = SparseBatch.from_arrays(payload)
+        batch.wire_bytes = sum(v.nbytes for v in payload.values() if hasattr(v, "nbytes"))
+        return batch
+
+    def close(self) -> None:
+        pass
+
+
+class BatchCodec(Protocol):
+    """How a task becomes a message in a worker (``encode``) and a batch in the consumer."""
+
+    def encode(self, task: Any) -> Any: ...
+    def decode(self, msg: Any) -> SparseBatch: ...
+    def close(self) -> None: ...
+
+
+def _worker_main(codec: BatchCodec, in_q: Any, out_q: Any) -> None:
     """Worker loop: build tasks until the ``None`` sentinel or until the parent is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C and stops us
     try:
@@ -55,6 +86,13 @@ def _worker_main(reader: Reader, in_q: Any, out_q: Any) -> None:
         pass
     out_q.cancel_join_thread()  # exit promptly even when nobody reads what is left
     parent = mp.parent_process()
+    try:
+        _serve(codec, in_q, out_q, parent)
+    finally:
+        codec.close()
+
+
+def _serve(codec: BatchCodec, in_q: Any, out_q: Any, parent: Any) -> None:
     while True:
         try:
             task = in_q.get(timeout=1.0)
@@ -65,7 +103,7 @@ def _worker_main(reader: Reader, in_q: Any, out_q: Any) -> None:
         if task is None:
             return
         try:
-            msg: tuple[Any, ...] = ("ok", reader.build(task).to_arrays())
+            msg: tuple[Any, ...] = ("ok", codec.encode(task), time.time())
         except Exception as e:  # every error goes back to the main process
             try:
                 blob: bytes | None = pickle.dumps(e)
@@ -125,12 +163,16 @@ class BatchStream:
         queue_depth: int = 4,
         start_batch: int = 0,
         start_method: str | None = None,
+        codec: BatchCodec | None = None,
+        link: LinkShaper | None = None,
     ) -> None:
         if workers < 0:
             raise ValueError("workers must be >= 0")
         if queue_depth < 1:
             raise ValueError("queue_depth must be >= 1")
         self.reader = reader
+        self.codec = codec or PlainCodec(reader)
+        self.link = link  # the simulated worker->trainer link (None: unshaped)
         self.workers = workers
         self.queue_depth = queue_depth
         self.start_batch = start_batch
@@ -164,7 +206,7 @@ class BatchStream:
             in_q = ctx.Queue(maxsize=self.queue_depth)
             out_q = ctx.Queue(maxsize=self.queue_depth)
             p = ctx.Process(
-                target=_worker_main, args=(self.reader, in_q, out_q),
+                target=_worker_main, args=(self.codec, in_q, out_q),
                 name=f"cosparse-data-{i}", daemon=True,
             )
             self._in.append(in_q)
@@ -254,7 +296,7 @@ class BatchStream:
                 if self._closed:
                     raise StopIteration from None
                 p.join(timeout=1.0)
-                raise RuntimeError(
+                raise WorkerExited(
                     f"data worker {w} (pid {p.pid}) exited with code {p.exitcode} "
                     "before returning its batch"
                 ) from None
@@ -266,7 +308,10 @@ class BatchStream:
             if task is None:
                 return None
             t0 = time.perf_counter()
-            batch = self.reader.build(task)
+            sent = time.time()
+            batch = self.codec.decode(self.codec.encode(task))
+            if self.link is not None:
+                self.link.transfer(batch.wire_bytes, 1, sent)
             self.wait_s += time.perf_counter() - t0
             return batch
         self._fill()
@@ -275,11 +320,13 @@ class BatchStream:
         w = self._received % self.workers
         t0 = time.perf_counter()
         msg = self._get(w)
-        self.wait_s += time.perf_counter() - t0
         self._received += 1
         if msg[0] == "err":
             raise _rebuild_error(msg)
-        batch = SparseBatch.from_arrays(msg[1])
+        batch = self.codec.decode(msg[1])
+        if self.link is not None:
+            self.link.transfer(batch.wire_bytes, 1, msg[2])
+        self.wait_s += time.perf_counter() - t0
         self._fill()
         return batch
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from cosparse.data import kernels as K
 from cosparse.data import pool as _pool  # noqa: F401 - the worker entry point
+from cosparse.supply.collaborative import worker as _collab  # noqa: F401 - B's worker side
 
 
 def warm_kernels() -> None:

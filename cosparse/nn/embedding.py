@@ -30,7 +30,8 @@ from cosparse.store.dedup import Deduper, TableIds
 from cosparse.store.planner import CachePlanner
 from cosparse.store.resident import ResidentTable, SlabRows
 from cosparse.store.tiered import TieredTable
-from cosparse.store.types import TableCounters
+from cosparse.store.types import RemoteRows, TableCounters
+from cosparse.supply.collaborative.supply import CollaborativeSupply
 from cosparse.supply.ps_direct import PSCachedTable, PSDirectTable
 
 
@@ -79,7 +80,7 @@ class EmbeddingCollection(nn.Module):
         lookahead: int = 0,
         admit_after: int = 0,
         ps_client: PSClient | None = None,
-        remote_tier: PSClient | None = None,
+        remote_tier: RemoteRows | None = None,
     ) -> None:
         super().__init__()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -112,6 +113,7 @@ class EmbeddingCollection(nn.Module):
                 )
         self.planner = CachePlanner(self.tables, lookahead, windowed=bool(tiers) or bool(ps_client))
         self.ps_client = ps_client
+        self.supply: CollaborativeSupply | None = None  # architecture B: rows delivered by workers
         self.admission = (
             {t.name: Admission(admit_after) for t in tables} if admit_after > 1 else {}
         )
@@ -182,7 +184,10 @@ class EmbeddingCollection(nn.Module):
                     if name in self.admission}
         for name, mask in admitted.items():
             uniques[name] = uniques[name][mask]
-        prepared.slots = self.planner.plan(uniques, blocking)
+        sources = self.supply.sources(prepared.batch.delivery) if self.supply is not None else None
+        prepared.slots = self.planner.plan(uniques, blocking, sources)
+        if sources:
+            self.supply.settle(sources)
         for name, mask in admitted.items():  # IDs not admitted read the default row: slot -1
             slots = np.full(mask.shape[0], -1, dtype=np.int64)
             slots[mask] = prepared.slots[name]
@@ -292,13 +297,17 @@ class EmbeddingCollection(nn.Module):
         budget = self.budget_bytes or sum(t.dev.capacity * t.row_bytes for t in tiered)
         return held / budget
 
+    def _on_ps(self, name: str) -> bool:
+        """Whether every row of table ``name`` can live on the PS (A, or tiers over the PS)."""
+        t = self.tables[name]
+        return isinstance(t, PSDirectTable | PSCachedTable) or getattr(t, "remote", None) is not None
+
     def load_rows(
         self, rows: dict[str, dict[str, np.ndarray]], step: int, rows_on_ps: bool = False
     ) -> None:
         """Restore rows from a checkpoint; with ``rows_on_ps`` the PS shards restored their own
         snapshot, and only tables kept elsewhere are loaded."""
-        missing = {n for n in set(self.tables) - set(rows)
-                   if not (rows_on_ps and isinstance(self.tables[n], PSDirectTable | PSCachedTable))}
+        missing = {n for n in set(self.tables) - set(rows) if not (rows_on_ps and self._on_ps(n))}
         if missing:
             raise ValueError(f"checkpoint has no rows for tables {sorted(missing)}")
         for name, t in self.tables.items():
@@ -308,5 +317,7 @@ class EmbeddingCollection(nn.Module):
                 t.release_all()
                 if isinstance(t, PSCachedTable):
                     t.dev.remove(t.dev.occupied_slots())
+                elif isinstance(t, TieredTable):
+                    t.clear()
         self.step = step
         self.planner.reset(step)

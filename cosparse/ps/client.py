@@ -33,6 +33,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from cosparse.config import TableConfig
+from cosparse.link import LinkShaper
 from cosparse.ps import protocol as P
 
 
@@ -98,6 +99,7 @@ class PSClient:
         auth_key: bytes | str | Path | None = None,
         curve: tuple[str | Path, str | Path] | None = None,
         watch: Callable[[], None] | None = None,
+        link: LinkShaper | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("PSClient needs at least one endpoint")
@@ -111,6 +113,7 @@ class PSClient:
             auth_key = read_key_file(auth_key)
         self.key = auth_key
         self.watch = watch
+        self.link = link  # a simulated link every request and reply crosses (None: unshaped)
         self.counters = ClientCounters()
         self._lock = threading.RLock()
         self._rid = 0
@@ -294,6 +297,8 @@ class PSClient:
             pending[msg.request_id] = (i, msg.op, time.monotonic())
         replies: dict[int, P.Message] = {}
         t_start = time.monotonic()
+        sent_at = time.time()
+        moved0 = self.counters.bytes_pull + self.counters.bytes_push + self.counters.bytes_other
         deadline = t_start + timeout
         grace = 3 * self.heartbeat_s
         try:
@@ -312,6 +317,9 @@ class PSClient:
                 self._check_health(pending, grace)
                 if self.watch is not None:
                     self.watch()
+            if self.link is not None:  # requests and replies cross the link: two messages
+                c = self.counters
+                self.link.transfer(c.bytes_pull + c.bytes_push + c.bytes_other - moved0, 2, sent_at)
         finally:
             self.counters.wait_s += time.monotonic() - t_start
         return replies

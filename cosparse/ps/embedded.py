@@ -21,6 +21,7 @@ import weakref
 from pathlib import Path
 
 from cosparse.config import TableConfig
+from cosparse.link import LinkShaper
 from cosparse.ps.client import PSClient, PSUnavailable
 
 _LIVE: weakref.WeakSet[EmbeddedShards] = weakref.WeakSet()
@@ -130,13 +131,15 @@ class EmbeddedShards:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def client(self, timeout_s: float = 30.0, heartbeat_s: float = 1.0) -> PSClient:
-        """A client of these shards, with this process watch attached."""
+    def client(self, timeout_s: float = 30.0, heartbeat_s: float = 1.0,
+               link: LinkShaper | None = None) -> PSClient:
+        """A client of these shards, with this process watch attached (``link``: a simulated
+        link its traffic crosses)."""
         curve = None
         if self.curve_dir is not None:
             curve = (self.curve_dir / "clients" / "client.key_secret", self.curve_dir / "server.key")
         return PSClient(self.endpoints, timeout_s=timeout_s, heartbeat_s=heartbeat_s,
-                        auth_key=self.auth_key_file, curve=curve, watch=self.check)
+                        auth_key=self.auth_key_file, curve=curve, watch=self.check, link=link)
 
     def check(self) -> None:
         """Process watch: raise ``PSUnavailable`` for the first embedded shard that has exited."""

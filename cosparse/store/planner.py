@@ -18,7 +18,7 @@ import numpy as np
 
 
 class PlannedTable(Protocol):
-    def plan(self, unique: np.ndarray, seq: int, shrink) -> np.ndarray: ...
+    def plan(self, unique: np.ndarray, seq: int, shrink, delivered=None) -> np.ndarray: ...
     def release(self, seq: int) -> None: ...
     def release_all(self) -> None: ...
 
@@ -76,8 +76,10 @@ class CachePlanner:
                 t.release(self._released)
             self._released += 1
 
-    def plan(self, uniques: Mapping[str, np.ndarray], blocking: bool = True) -> dict[str, np.ndarray]:
-        """Device slots for each table's unique IDs of the next batch.
+    def plan(self, uniques: Mapping[str, np.ndarray], blocking: bool = True,
+             delivered: Mapping[str, object] | None = None) -> dict[str, np.ndarray]:
+        """Device slots for each table's unique IDs of the next batch (``delivered``: rows that
+        came with the batch, per table).
 
         ``blocking=False`` (planning inline, on the trainer's thread) raises instead of waiting.
         """
@@ -94,6 +96,8 @@ class CachePlanner:
             self.shrinks += 1
             return True
 
-        out = {name: self.tables[name].plan(u, p, shrink) for name, u in uniques.items()}
+        delivered = delivered or {}
+        out = {name: self.tables[name].plan(u, p, shrink, delivered.get(name))
+               for name, u in uniques.items()}
         self._next += 1
         return out

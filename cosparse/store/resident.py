@@ -225,7 +225,8 @@ class ResidentTable(SlabRows):
     def slab(self, value: torch.Tensor) -> None:
         self._slab = value
 
-    def plan(self, unique: np.ndarray, seq: int, shrink: object = None) -> np.ndarray:
+    def plan(self, unique: np.ndarray, seq: int, shrink: object = None, delivered: object = None
+             ) -> np.ndarray:
         return self.slots_for(unique)
 
     # --- checkpoint -----------------------------------------------------------------------

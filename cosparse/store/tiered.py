@@ -20,7 +20,7 @@ from cosparse.config import TableConfig
 from cosparse.store import kernels
 from cosparse.store.resident import SlabRows, initial_rows
 from cosparse.store.tier import Tier
-from cosparse.store.types import CapacityError, RemoteRows, TableCounters
+from cosparse.store.types import CapacityError, DeliveredRowSource, RemoteRows, TableCounters
 
 
 class TieredTable(SlabRows):
@@ -82,10 +82,12 @@ class TieredTable(SlabRows):
         return self.dev.slab
 
     # --- planning one batch -------------------------------------------------------------------
-    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool]) -> np.ndarray:
+    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool],
+             delivered: DeliveredRowSource | None = None) -> np.ndarray:
         """Make every row of ``unique`` resident on the device and pin it for batch ``seq``.
 
-        Hits stay; misses come from the host, the backing store or their initial value; room is
+        Hits stay; misses come from the host, the rows ``delivered`` with the batch, the tier
+        below or their initial value; room is
         made by evicting unpinned device rows (dirty ones are written down). When the pinned
         window leaves too little room, ``shrink()`` retires the oldest in-flight batch (False
         when there is none left: the device cannot hold this batch).
@@ -112,7 +114,7 @@ class TieredTable(SlabRows):
                 )
             if n_miss:
                 new_slots = dev.alloc(n_miss)
-                self._fill(miss_ids, new_slots)
+                self._fill(miss_ids, new_slots, delivered)
                 slots[~hit] = new_slots
                 kernels.add_pins(new_slots, dev.pins, 1)
             dev.touch(slots, seq)
@@ -120,9 +122,10 @@ class TieredTable(SlabRows):
             self._pinned[seq] = slots
             return slots
 
-    def _fill(self, ids: np.ndarray, dst: np.ndarray) -> None:
-        """Bring device misses into slots ``dst``: from the host, the backing store, or their
-        initial value (created in place), copying each row once."""
+    def _fill(self, ids: np.ndarray, dst: np.ndarray, delivered: DeliveredRowSource | None = None
+              ) -> None:
+        """Bring device misses into slots ``dst``: from the host, the delivered rows, the tier
+        below, or their initial value (created in place), copying each row once."""
         c, dev = self.counters, self.dev
         n = ids.shape[0]
         counts = np.zeros(n, dtype=np.float32)
@@ -138,6 +141,13 @@ class TieredTable(SlabRows):
             dirty[in_host] = False  # the host keeps an identical shadow copy
             c.host_hits += int(in_host.sum())
         rest = np.flatnonzero(~in_host)
+        if rest.shape[0] and delivered is not None:
+            served, rows = delivered.take(ids[rest])
+            if served.any():
+                dev.write(dst[rest[served]], rows)
+                c.bytes_delivered_device += rows.nbytes
+                c.delivered_hits += rows.shape[0]
+                rest = rest[~served]
         if rest.shape[0] and self.remote is not None:
             # the PS returns every row: one it has never seen starts from (seed, ID) there
             rows = self.remote.pull(self.cfg.name, ids[rest], with_state=True).rows
@@ -315,6 +325,12 @@ class TieredTable(SlabRows):
             else:
                 self._unwant_in_plan = True
 
+    def resident_ids(self) -> np.ndarray:
+        """IDs held by the device or the host tier (what the resident filter publishes)."""
+        with self.lock:
+            parts = [t.slot_ids[t.occupied_slots()] for t in (self.dev, self.host)]
+        return np.concatenate(parts)
+
     def flush_and_export(self) -> dict[str, np.ndarray]:
         with self.lock:
             self.flush()
@@ -372,6 +388,15 @@ class TieredTable(SlabRows):
             device_ids = self.dev.slot_ids[self.dev.occupied_slots()]
             return {"ids": ids[first], "rows": rows[first], "device_ids": device_ids}
 
+    def clear(self) -> None:
+        """Drop every row this process holds (a restored PS holds them all)."""
+        with self.lock:
+            for tier in (self.dev, self.host, self.backing):
+                if tier is not None:
+                    tier.remove(tier.occupied_slots())
+                    tier.pins[:] = 0
+            self._pinned.clear()
+
     def load(self, state: dict[str, np.ndarray]) -> None:
         """Restore rows into the host tier (overflow to the backing store), then the residency."""
         with self.lock:
@@ -379,11 +404,7 @@ class TieredTable(SlabRows):
             if rows.shape[1] != self.width:
                 raise ValueError(f"table '{self.cfg.name}': checkpoint row width {rows.shape[1]}, "
                                  f"config needs {self.width}")
-            for tier in (self.dev, self.host, self.backing):
-                if tier is not None:
-                    tier.remove(tier.occupied_slots())
-                    tier.pins[:] = 0
-            self._pinned.clear()
+            self.clear()
             n_host = ids.shape[0] if not self.host.bounded else min(ids.shape[0], self.host.capacity)
             if n_host < ids.shape[0] and self.backing is None and self.remote is None:
                 raise CapacityError(f"table '{self.cfg.name}': checkpoint has {ids.shape[0]} rows, "

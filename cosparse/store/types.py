@@ -19,7 +19,8 @@ class TableCounters:
     lookups: int = 0  # unique IDs planned (sum over batches)
     device_hits: int = 0
     host_hits: int = 0
-    backing_hits: int = 0
+    backing_hits: int = 0  # misses filled from the tier below the host (the PS: a trainer pull)
+    delivered_hits: int = 0  # misses filled from rows a data worker delivered (architecture B)
     fresh_rows: int = 0  # rows created from their initial value
     evictions_device: int = 0
     evictions_host: int = 0
@@ -28,6 +29,7 @@ class TableCounters:
     bytes_device_host: int = 0
     bytes_backing_device: int = 0
     bytes_host_backing: int = 0
+    bytes_delivered_device: int = 0
     ttl_drops: int = 0  # rows dropped from every tier by the TTL
     extra: dict[str, int] = field(default_factory=dict)
 
@@ -40,6 +42,12 @@ class TableCounters:
 
     def copy(self) -> TableCounters:
         return TableCounters(**self.as_dict())
+
+
+class DeliveredRowSource(Protocol):
+    """Rows that arrived with a batch from elsewhere (a data worker's PS pull)."""
+
+    def take(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...  # (served mask, rows)
 
 
 class RemoteRows(Protocol):

@@ -42,8 +42,8 @@ class PSDirectTable(SlabRows):
         return ids
 
     # --- planning and training ------------------------------------------------------------------
-    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool] | None = None
-             ) -> np.ndarray:
+    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool] | None = None,
+             delivered: object = None) -> np.ndarray:
         """Pull the rows of ``unique`` that no batch still in flight will update."""
         if self.lookahead and self._recent:
             deferred = np.isin(unique, np.concatenate(list(self._recent)))
@@ -143,7 +143,8 @@ class PSCachedTable(SlabRows):
     def slab(self) -> torch.Tensor:
         return self.dev.slab
 
-    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool]) -> np.ndarray:
+    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool],
+             delivered: object = None) -> np.ndarray:
         from cosparse.store import kernels
         from cosparse.store.types import CapacityError
 

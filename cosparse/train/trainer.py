@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import shutil
 import tempfile
 import time
@@ -20,11 +21,24 @@ from tqdm import tqdm
 
 from cosparse.config import Config, ConfigError
 from cosparse.data import BatchStream, make_reader
+from cosparse.data.pool import WorkerExited
+from cosparse.link import Links
 from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
 from cosparse.nn.models import build_model
 from cosparse.ps.client import PSClient
 from cosparse.ps.discovery import discover, store_address_from_env
 from cosparse.ps.embedded import EmbeddedShards
+from cosparse.supply.collaborative import (
+    CollaborativeCodec,
+    CollaborativeSupply,
+    DeliveryError,
+    SupplyFailure,
+)
+from cosparse.supply.collaborative.resident_filter import FilterLayout
+from cosparse.supply.collaborative.shared_batch import shared_dir
+from cosparse.supply.collaborative.types import SupplyCounters
+from cosparse.supply.collaborative.worker import TableKeys, WorkerPS
+from cosparse.supply.collaborative.writeback_log import LoggedRemote
 from cosparse.train.checkpoint import (
     CheckpointError,
     TrainState,
@@ -81,6 +95,12 @@ class Trainer:
         self.shards: EmbeddedShards | None = None
         self.ps: PSClient | None = None
         self._remote_tier = cfg.store.host.spill and cfg.store.host.spill_to == "remote"
+        self.links = Links.from_config(cfg.network)
+        self.supply: CollaborativeSupply | None = None
+        self.codec: CollaborativeCodec | None = None
+        self._shm_dir: str | None = None
+        self.fallbacks: list[str] = []
+        self.supply_counters = SupplyCounters()  # across fallbacks and shard restarts
         if cfg.store.tiered:
             self._install_tiers()
         if cfg.supply.path == "ps-direct" or self._remote_tier:
@@ -91,6 +111,9 @@ class Trainer:
         self.sink = MetricsSink(cfg.train.metrics_json, cfg.train.tensorboard_dir)
         self.losses: list[float] = []
         self.bad_records = 0
+        self.wire_bytes = 0  # bytes of every batch message on the worker->trainer link
+        self.delivering_pids: set[int] = set()  # processes whose PS pulls delivered rows
+        self.data_worker_pids: set[int] = set()  # every data-worker process started
 
     def _install_tiers(self) -> None:
         """Dense first, sparse the rest: size the tiers from a dry run and the first batches."""
@@ -122,7 +145,7 @@ class Trainer:
                     data_dir = self._ps_tmp = tempfile.mkdtemp(prefix="cosparse-ps-")
                 self.shards = EmbeddedShards(remote.num_shards, cfg.tables, data_dir,
                                              auth_key_file=remote.auth_key)
-                self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s)
+                self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s, self.links.trainer_ps)
             else:
                 endpoints = remote.endpoints
                 if remote.discovery == "tcpstore":
@@ -132,7 +155,7 @@ class Trainer:
                                           "MASTER_PORT are not in the environment (not torchrun)")
                     endpoints = discover(address, remote.num_shards, remote.timeout_s)
                 self.ps = PSClient(endpoints, remote.timeout_s, remote.heartbeat_s,
-                                   auth_key=remote.auth_key)
+                                   auth_key=remote.auth_key, link=self.links.trainer_ps)
                 self.ps.register(cfg.tables)
         except BaseException:
             self.close()
@@ -140,19 +163,60 @@ class Trainer:
         self.model.ec = self._ps_collection()
         where = (f"{remote.num_shards} embedded shards" if remote.embedded
                  else f"{self.ps.num_shards} shards")
-        role = "supply ps-direct" if cfg.supply.path == "ps-direct" else "remote tier below host"
+        role = {"ps-direct": "supply ps-direct", "collaborative": "supply collaborative (workers "
+                "deliver cold rows)"}.get(cfg.supply.path, "remote tier below host")
         self.log(f"{role}: {where} at {', '.join(self.ps.endpoints)}")
 
     def _ps_collection(self) -> EmbeddingCollection:
         """The collection over the PS: architecture A, or tiers whose lowest level is the PS."""
         cfg = self.cfg
         arch_a = cfg.supply.path == "ps-direct"
-        return EmbeddingCollection(
+        collaborative = cfg.supply.path == "collaborative" and not self.fallbacks
+        remote = LoggedRemote(self.ps) if collaborative else self.ps
+        ec = EmbeddingCollection(
             cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
             tiers=self.sizing.plans if self.sizing else None, lookahead=cfg.supply.lookahead,
             admit_after=cfg.store.admit_after,
-            ps_client=self.ps if arch_a else None, remote_tier=None if arch_a else self.ps,
+            ps_client=self.ps if arch_a else None, remote_tier=None if arch_a else remote,
         )
+        if collaborative:
+            self._start_collaborative(ec, remote)  # type: ignore[arg-type]
+        return ec
+
+    def _start_collaborative(self, ec: EmbeddingCollection, remote: LoggedRemote) -> None:
+        """Architecture B: publish the resident filter, and have the data workers bring the
+        rows it does not hold over their own PS connections."""
+        cfg, sp = self.cfg, self.cfg.supply
+        self._stop_collaborative()
+        if self._shm_dir is None:
+            self._shm_dir = shared_dir("cosparse-b-")
+        assert self.sizing is not None and self.ps is not None
+        capacity = {n: p.device_rows + (p.host_rows or 0) for n, p in self.sizing.plans.items()}
+        layout = FilterLayout.sized(os.path.join(self._shm_dir, "resident.filter"), capacity,
+                                    sp.filter_bits_per_row)
+        self.supply = ec.supply = CollaborativeSupply(ec.tables, remote, layout, sp.publish_every,
+                                                      sp.publish_timeout_s, sp.max_stale_rate,
+                                                      self.supply_counters)
+        keys = [TableKeys(t.name, tuple(t.features), t.hash_size) for t in cfg.tables]
+        remote_cfg = cfg.store.remote
+        ps = WorkerPS(tuple(self.ps.endpoints), remote_cfg.timeout_s, remote_cfg.heartbeat_s,
+                      remote_cfg.auth_key, self.links.worker_ps)
+        self.codec = CollaborativeCodec(self.train_reader, keys, ps, layout, self._shm_dir)
+
+    def _stop_collaborative(self) -> None:
+        if self.supply is not None:
+            self.supply.close()
+            self.supply = None
+        self.codec = None
+        if getattr(self, "ec", None) is not None:
+            self.ec.supply = None
+
+    def _fall_back(self, reason: str) -> None:
+        """Switch from the collaborative path to the trainer's own pulls (ps-direct supply),
+        keeping the tiers: the batches not yet trained are planned again from the PS."""
+        self.fallbacks.append(reason)
+        self._stop_collaborative()
+        self.log(f"supply: falling back to ps-direct at step {self.state.step}: {reason}")
 
     # --- checkpoints --------------------------------------------------------------------------
     @property
@@ -256,7 +320,9 @@ class Trainer:
         }
         return float(loss.detach())
 
-    def run(self, steps: int | None = None) -> dict[str, Any]:
+    def run(self, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
+        """Train up to ``steps`` in all (default ``train.steps``); evaluate at the end unless
+        ``evaluate`` is False. Returns the last interval's metrics (and the evaluation)."""
         total = steps if steps is not None else self.cfg.train.steps
         cfg = self.cfg
         stats = IntervalStats()
@@ -271,49 +337,77 @@ class Trainer:
             while self.state.step < total and self.state.epoch < cfg.train.epochs:
                 stream = BatchStream(
                     self.train_reader, cfg.data.workers, cfg.data.queue_depth,
-                    start_batch=self.state.batch_in_epoch,
+                    start_batch=self.state.batch_in_epoch, codec=self.codec,
+                    link=self.links.worker_trainer,
                 )
+                self.stream = stream  # the live data stream (its worker pids: ``stream.pids``)
+                self.data_worker_pids.update(stream.pids)
                 staged = self.ec.staged(stream, cfg.supply.horizon)
                 prefetch = Prefetcher(staged, lambda prepared: prepared, cfg.supply.lookahead)
+                failure: str | None = None
                 try:
                     for prepared in prefetch:
-                        t0 = time.perf_counter()
-                        wait0 = prefetch.wait_ms
-                        loss = self._train_step(prepared)
-                        self.losses.append(loss)
-                        self.bad_records += prepared.batch.bad_records
-                        self.state.step += 1
-                        self.state.batch_in_epoch += 1
-                        stages = dict(self._stages, read=prefetch.wait_ms - wait0)
-                        stats.add_step(
-                            prepared.batch.batch_size, loss, (time.perf_counter() - t0) * 1e3, stages
-                        )
-                        bar.update(1)
-                        if self.state.step % cfg.train.log_every == 0 or self.state.step == total:
-                            last = self._log_interval(stats, bar)
-                        ck = cfg.train.checkpoint
-                        if ck.every and self.state.step % ck.every == 0:
-                            self.save()
-                        if cfg.train.eval_every and self.state.step % cfg.train.eval_every == 0:
-                            self.evaluate()
+                        last = self._one_step(prepared, prefetch, stats, bar, total) or last
                         if self.state.step >= total:
+                            break
+                        failure = self.supply.health() if self.supply is not None else None
+                        if failure is not None:
                             break
                     else:
                         self.state.epoch += 1
                         self.state.batch_in_epoch = 0
+                except (WorkerExited, DeliveryError) as e:
+                    if self.supply is None:
+                        raise
+                    failure = str(e)
                 finally:
                     self.ec.planner.cancel()
                     prefetch.close()
                     stream.close()
                     self.ec.planner.reset(self.state.step)
+                if failure is not None:
+                    if cfg.supply.fallback is None:
+                        raise SupplyFailure(f"{failure} (set supply.fallback: ps-direct to go on "
+                                            "without the workers' rows)")
+                    self._fall_back(failure)
         finally:
             bar.close()
         if stats.steps:
             last = self._log_interval(stats, None)
-        final = {**last, "step": self.state.step, **self.evaluate(), "bad_records": self.bad_records}
+        scores = self.evaluate() if evaluate else {}
+        final = {**last, "step": self.state.step, **scores, "bad_records": self.bad_records}
         final.pop("kind", None)
         self.sink.write({**final, "kind": "final"})
         return final
+
+    def _one_step(self, prepared: PreparedBatch, prefetch: Prefetcher, stats: IntervalStats,
+                  bar: tqdm, total: int) -> dict[str, Any] | None:
+        """Train one prepared batch, then log, checkpoint and evaluate when due."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        wait0 = prefetch.wait_ms
+        loss = self._train_step(prepared)
+        self.losses.append(loss)
+        self.bad_records += prepared.batch.bad_records
+        self.wire_bytes += prepared.batch.wire_bytes
+        if prepared.batch.delivery is not None:
+            self.delivering_pids.add(prepared.batch.delivery.worker_pid)
+        self.state.step += 1
+        self.state.batch_in_epoch += 1
+        if self.supply is not None:
+            self.supply.on_step(self.state.step)
+        stages = dict(self._stages, read=prefetch.wait_ms - wait0)
+        stats.add_step(prepared.batch.batch_size, loss, (time.perf_counter() - t0) * 1e3, stages)
+        bar.update(1)
+        last = None
+        if self.state.step % cfg.train.log_every == 0 or self.state.step == total:
+            last = self._log_interval(stats, bar)
+        ck = cfg.train.checkpoint
+        if ck.every and self.state.step % ck.every == 0:
+            self.save()
+        if cfg.train.eval_every and self.state.step % cfg.train.eval_every == 0:
+            self.evaluate()
+        return last
 
     def _log_interval(self, stats: IntervalStats, bar: tqdm | None) -> dict[str, Any]:
         rec = {"kind": "train", "step": self.state.step, **stats.summary()}
@@ -346,6 +440,7 @@ class Trainer:
             shard_stats = self.ps.stats()  # one small request per shard per log interval
             out["ps.queue_depth_max"] = max(int(st.get("max_queue_depth", 0)) for st in shard_stats)
             out["ps.busy_s"] = sum(float(st.get("busy_s", 0.0)) for st in shard_stats)
+        out.update(self._supply_metrics())
         if self.ec.admission:
             out["admission.rejected"] = sum(a.rejected for a in self.ec.admission.values())
         now = self.ec.counters()
@@ -370,11 +465,38 @@ class Trainer:
         out["bytes.device_host"] = totals["bytes_device_host"]
         out["evictions.device"] = totals["evictions_device"]
         out["evictions.host"] = totals["evictions_host"]
+        misses = totals["lookups"] - totals["device_hits"]
+        below = "trainer_ps" if self.ps is not None else "backing"
+        for share, key in (("host", "host_hits"), ("delivered", "delivered_hits"),
+                           (below, "backing_hits"), ("fresh", "fresh_rows")):
+            out[f"miss_share.{share}"] = totals[key] / misses if misses else 0.0
+        out["bytes.delivered_device"] = totals["bytes_delivered_device"]
+        out["bytes.backing_device"] = totals["bytes_backing_device"]
+        out["bytes.host_backing"] = totals["bytes_host_backing"]
         out["lookahead_shrinks"] = self.ec.planner.shrinks - self._shrinks_at_log
         out["ttl_drops"] = totals["ttl_drops"]
         out["hbm_share"] = self.ec.hbm_share() or 0.0
         self._counters_at_log = now
         self._shrinks_at_log = self.ec.planner.shrinks
+        return out
+
+    def _supply_metrics(self) -> dict[str, float]:
+        """Worker-side links and delivered rows since the last log point."""
+        now = {"wire": self.wire_bytes, **self.supply_counters.as_dict()}
+        prev = getattr(self, "_supply_at_log", dict.fromkeys(now, 0))
+        self._supply_at_log = now
+        d = {k: v - prev[k] for k, v in now.items()}
+        out: dict[str, float] = {"bytes.worker_trainer": d["wire"]}
+        if self.cfg.supply.path == "collaborative":
+            out.update({
+                "bytes.worker_ps": d["worker_ps_bytes"],
+                "wasted_bytes.worker_ps": d["wasted_bytes"],
+                "stale_drops": d["stale_drops"],
+                "delivered_rows": d["delivered_rows"],
+                "delivered_rows_used": d["used_rows"],
+                "filter_publishes": d["publishes"],
+                "fallbacks": len(self.fallbacks),
+            })
         return out
 
     @torch.no_grad()
@@ -403,6 +525,11 @@ class Trainer:
         """Flush the metrics and stop the PS shards this trainer started (safe to call twice)."""
         if getattr(self, "sink", None) is not None:
             self.sink.close()
+        if getattr(self, "supply", None) is not None:
+            self._stop_collaborative()
+        if getattr(self, "_shm_dir", None):
+            shutil.rmtree(self._shm_dir, ignore_errors=True)
+            self._shm_dir = None
         if getattr(self, "ps", None) is not None:
             self.ps.close()
             self.ps = None

@@ -1,0 +1,156 @@
+"""The data-worker side of the collaborative supply.
+
+``CollaborativeCodec.encode`` runs in each data worker process: it builds the batch, finds each
+table's unique IDs, asks the published resident filter which of them the trainer may hold, pulls
+the others (rows with their optimizer state, versions and the shard write counters) over the
+worker's own PS connection, and packs samples and rows into one shared-memory file.
+``decode`` runs in the trainer and maps that file back. With ``workers: 0`` both run in the
+trainer process, still over a connection of their own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosparse.batch import SparseBatch
+from cosparse.data.reader import Reader
+from cosparse.link import LinkSpec
+from cosparse.ps.client import PSClient, PSError
+from cosparse.supply.collaborative.resident_filter import FilterLayout, FilterView
+from cosparse.supply.collaborative.shared_batch import read_arrays, write_arrays
+from cosparse.supply.collaborative.types import DeliveredRows, Delivery
+
+_SAMPLE_ARRAYS = ("values", "lengths", "dense", "labels")
+
+
+class DeliveryError(RuntimeError):
+    """A data worker could not bring its rows (PS unreachable, refused, timed out)."""
+
+
+@dataclass(frozen=True)
+class TableKeys:
+    """What a worker needs to know of a table to find its IDs in a batch."""
+
+    name: str
+    features: tuple[str, ...]
+    hash_size: int | None
+
+
+@dataclass(frozen=True)
+class WorkerPS:
+    """How a worker reaches the PS (its own connection and, when simulated, its own link)."""
+
+    endpoints: tuple[str, ...]
+    timeout_s: float = 30.0
+    heartbeat_s: float = 1.0
+    auth_key: str | None = None
+    link: LinkSpec | None = None
+
+
+class CollaborativeCodec:
+    """Builds batches with their cold rows (``encode``, in a worker) and unpacks them (``decode``)."""
+
+    def __init__(self, reader: Reader, tables: list[TableKeys], ps: WorkerPS, layout: FilterLayout,
+                 shm_dir: str) -> None:
+        self.reader = reader
+        self.tables = tables
+        self.ps = ps
+        self.layout = layout
+        self.shm_dir = shm_dir
+        self._client: PSClient | None = None
+        self._view: FilterView | None = None
+        self._reported = 0
+        self._names = itertools.count()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = state["_view"] = None
+        state["_reported"] = 0
+        state["_names"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._names = itertools.count()
+
+    # --- in the data worker -------------------------------------------------------------------
+    def _connect(self) -> tuple[PSClient, FilterView]:
+        if self._client is None:
+            p = self.ps
+            self._client = PSClient(list(p.endpoints), p.timeout_s, p.heartbeat_s, auth_key=p.auth_key,
+                                    link=p.link.shaper() if p.link is not None else None)
+        if self._view is None:
+            self._view = FilterView(self.layout)
+        return self._client, self._view
+
+    def _table_ids(self, batch: SparseBatch, t: TableKeys) -> np.ndarray:
+        parts = [batch.feature(f)[0].numpy() for f in t.features]
+        ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if t.hash_size is not None:
+            ids = np.remainder(ids, t.hash_size)
+        return np.unique(ids)
+
+    def encode(self, task: Any) -> tuple[Any, ...]:
+        batch = self.reader.build(task)
+        client, view = self._connect()
+        arrays: dict[str, np.ndarray] = {k: v for k, v in batch.to_arrays().items()
+                                         if k in _SAMPLE_ARRAYS}
+        seq = 0
+        for t in self.tables:
+            unique = self._table_ids(batch, t)
+            answer = view.resident(t.name, unique)
+            if answer is None:
+                continue  # no consistent filter yet: the trainer fetches this table itself
+            maybe_resident, seq = answer
+            cold = unique[~maybe_resident]
+            if not cold.shape[0]:
+                continue
+            try:
+                pulled = client.pull(t.name, cold, with_state=True, peek=True)
+            except PSError as e:
+                raise DeliveryError(f"data worker pid {os.getpid()}: pulling {cold.shape[0]} rows of "
+                                    f"table '{t.name}' failed: {e}") from None
+            counters = np.full(client.num_shards, -1, dtype=np.int64)
+            for shard, c in pulled.write_counters.items():
+                counters[shard] = c
+            arrays[f"d.{t.name}.ids"] = cold
+            arrays[f"d.{t.name}.rows"] = pulled.rows
+            arrays[f"d.{t.name}.versions"] = pulled.versions
+            arrays[f"d.{t.name}.counters"] = counters
+        path = str(Path(self.shm_dir) / f"{os.getpid()}-{next(self._names)}.batch")
+        layout, payload = write_arrays(path, arrays)
+        c = client.counters
+        moved = c.bytes_pull + c.bytes_push + c.bytes_other
+        meta = {"keys": list(batch.keys), "bad_records": batch.bad_records, "index": batch.index,
+                "pid": os.getpid(), "worker_ps_bytes": moved - self._reported, "filter_seq": seq,
+                "payload": payload}
+        self._reported = moved
+        return ("shm", path, layout, meta)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # --- in the trainer -----------------------------------------------------------------------
+    def decode(self, msg: tuple[Any, ...]) -> SparseBatch:
+        _, path, layout, meta = msg
+        arrays = read_arrays(path, layout)
+        batch = SparseBatch.from_arrays({**{k: arrays[k] for k in _SAMPLE_ARRAYS},
+                                         "keys": meta["keys"], "bad_records": meta["bad_records"],
+                                         "index": meta["index"]})
+        delivery = Delivery(worker_ps_bytes=meta["worker_ps_bytes"], worker_pid=meta["pid"],
+                            filter_seq=meta["filter_seq"])
+        for t in self.tables:
+            if f"d.{t.name}.ids" in arrays:
+                delivery.rows[t.name] = DeliveredRows(*(arrays[f"d.{t.name}.{part}"] for part in
+                                                        ("ids", "rows", "versions", "counters")))
+        batch.delivery = delivery
+        batch.wire_bytes = int(meta["payload"])
+        return batch
