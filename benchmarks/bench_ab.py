@@ -41,7 +41,7 @@ def workload(quick: bool, tiny: bool) -> tuple[dict[str, Any], int, int]:
     """(config mapping, warm-up steps, measured steps)."""
     vocab = 20_000 if tiny else 100_000 if quick else 1_000_000
     batch = 256 if tiny else 1024 if quick else 4096
-    warmup, steps = (4, 6) if tiny else (10, 12) if quick else (40, 40)
+    warmup, steps = (4, 6) if tiny else (6, 8) if quick else (40, 40)
     dim = 16 if tiny else 64
     feats = [f"C{i}" for i in range(1, 9)]
     raw = {

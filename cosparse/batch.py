@@ -26,6 +26,8 @@ class SparseBatch:
     bad_records: records of the source chunk that were skipped (``on_bad_record: skip``).
     index:   position of this batch in its stream (used for resume and ordering checks).
     delivery, wire_bytes: see the field comments (set by the batch stream).
+    dense_keys: names of the ``dense`` columns, when the source names them (the feature platform).
+    features_computed: feature computations the extractor ran to build this batch (0: no platform).
     """
 
     keys: list[str]
@@ -40,6 +42,8 @@ class SparseBatch:
     # the bytes of the whole message on the worker->trainer link
     delivery: Any = field(default=None, repr=False, compare=False)
     wire_bytes: int = field(default=0, repr=False, compare=False)
+    dense_keys: list[str] | None = field(default=None, compare=False)
+    features_computed: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if self.values.dtype != torch.int64:
@@ -52,6 +56,9 @@ class SparseBatch:
             )
         if self.dense.shape[0] != b:
             raise ValueError(f"SparseBatch.dense has {self.dense.shape[0]} rows, labels have {b}")
+        if self.dense_keys is not None and len(self.dense_keys) != self.dense.shape[1]:
+            raise ValueError(f"SparseBatch.dense_keys names {len(self.dense_keys)} columns, dense "
+                             f"has {self.dense.shape[1]}")
 
     @property
     def batch_size(self) -> int:
@@ -83,6 +90,8 @@ class SparseBatch:
             self.labels.to(device),
             self.bad_records,
             self.index,
+            dense_keys=self.dense_keys,
+            features_computed=self.features_computed,
         )
 
     # --- TorchRec KeyedJaggedTensor layout -------------------------------------------------
@@ -111,6 +120,8 @@ class SparseBatch:
             "labels": self.labels.numpy(),
             "bad_records": self.bad_records,
             "index": self.index,
+            "dense_keys": None if self.dense_keys is None else list(self.dense_keys),
+            "features_computed": self.features_computed,
         }
 
     @classmethod
@@ -123,4 +134,6 @@ class SparseBatch:
             torch.from_numpy(np.ascontiguousarray(a["labels"], dtype=np.float32)),
             int(a["bad_records"]),  # type: ignore[arg-type]
             int(a["index"]),  # type: ignore[arg-type]
+            dense_keys=a.get("dense_keys"),  # type: ignore[arg-type]
+            features_computed=int(a.get("features_computed", 0)),  # type: ignore[arg-type]
         )

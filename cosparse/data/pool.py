@@ -78,7 +78,7 @@ class BatchCodec(Protocol):
 def _worker_main(codec: BatchCodec, in_q: Any, out_q: Any) -> None:
     """Worker loop: build tasks until the ``None`` sentinel or until the parent is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C and stops us
-    try:
+    try:  # one core per worker: no thread pool competing with the trainer's
         import torch
 
         torch.set_num_threads(1)

@@ -287,6 +287,8 @@ class PSClient:
         """Send every request, then wait for all replies (one per shard)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         pending: dict[int, tuple[int, int, float]] = {}  # request id -> (shard, op, sent at)
+        sent_at = time.time()
+        moved0 = self.counters.bytes_pull + self.counters.bytes_push + self.counters.bytes_other
         for i, msg in reqs.items():
             self._rid = (self._rid + 1) & 0xFFFFFFFFFFFFFFFF
             msg.request_id = self._rid
@@ -297,8 +299,6 @@ class PSClient:
             pending[msg.request_id] = (i, msg.op, time.monotonic())
         replies: dict[int, P.Message] = {}
         t_start = time.monotonic()
-        sent_at = time.time()
-        moved0 = self.counters.bytes_pull + self.counters.bytes_push + self.counters.bytes_other
         deadline = t_start + timeout
         grace = 3 * self.heartbeat_s
         try:

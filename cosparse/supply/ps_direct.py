@@ -168,6 +168,8 @@ class PSCachedTable(SlabRows):
         if miss.shape[0]:
             # rows of batches in flight are cached and pinned, so a miss is never being updated
             rows = self.client.pull(self.cfg.name, miss, with_state=True).rows
+            c.backing_hits += miss.shape[0]  # every miss is a trainer pull
+            c.bytes_backing_device += rows.nbytes
             new = dev.alloc(miss.shape[0])
             zeros = np.zeros(miss.shape[0], dtype=np.float32)
             dev.put(miss, new, rows, zeros, zeros.astype(np.int64), False)

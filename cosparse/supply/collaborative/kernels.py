@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from cosparse.store.kernels import mix64
 
@@ -31,10 +30,11 @@ def bloom_add(words, ids, k):
         words[w] |= m
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def bloom_contains(words, ids, k, out):
-    """out[i] = the filter may hold ids[i] (no false negatives)."""
+    """out[i] = the filter may hold ids[i] (no false negatives). Serial: it runs in data
+    workers, one core each."""
     n = np.uint64(words.shape[0])
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         w, m = _word_and_mask(ids[i], n, k)
         out[i] = (words[w] & m) == m

@@ -128,6 +128,7 @@ class CollaborativeCodec:
         c = client.counters
         moved = c.bytes_pull + c.bytes_push + c.bytes_other
         meta = {"keys": list(batch.keys), "bad_records": batch.bad_records, "index": batch.index,
+                "dense_keys": batch.dense_keys, "features_computed": batch.features_computed,
                 "pid": os.getpid(), "worker_ps_bytes": moved - self._reported, "filter_seq": seq,
                 "payload": payload}
         self._reported = moved
@@ -144,7 +145,9 @@ class CollaborativeCodec:
         arrays = read_arrays(path, layout)
         batch = SparseBatch.from_arrays({**{k: arrays[k] for k in _SAMPLE_ARRAYS},
                                          "keys": meta["keys"], "bad_records": meta["bad_records"],
-                                         "index": meta["index"]})
+                                         "index": meta["index"],
+                                         "dense_keys": meta.get("dense_keys"),
+                                         "features_computed": meta.get("features_computed", 0)})
         delivery = Delivery(worker_ps_bytes=meta["worker_ps_bytes"], worker_pid=meta["pid"],
                             filter_seq=meta["filter_seq"])
         for t in self.tables:
