@@ -55,8 +55,37 @@ class SyntheticConfig:
 
 
 @dataclass
+class SequenceSyntheticConfig:
+    """Synthetic long behaviour sequences (reader ``synthetic_sequences``): Zipf items, every
+    history exactly ``seq_len`` long, labels learnable from the target and the history."""
+
+    seq_len: int = 1000
+    vocab_size: int = 100_000
+    num_cates: int = 1000
+    num_users: int = 10_000
+    alpha: float = 1.05
+    seed: int = 0
+    num_batches: int = 1_000_000
+    eval_batches: int = 4
+
+
+@dataclass
+class EventsConfig:
+    """Behaviour-sequence samples from an event log (reader ``taobao_events``): one sample per
+    target event, with the user's most recent ``max_len`` events strictly before it."""
+
+    max_len: int = 100
+    min_history: int = 1
+    positive: list[str] = field(default_factory=lambda: ["buy"])  # behaviours labelled 1
+    shuffle: bool = True  # train samples in a seeded random order (else by time)
+    seed: int = 0
+    synthetic: SequenceSyntheticConfig = field(default_factory=SequenceSyntheticConfig)
+
+
+@dataclass
 class DataConfig:
-    reader: Literal["synthetic", "criteo_tsv", "parquet"] = "synthetic"
+    reader: Literal["synthetic", "criteo_tsv", "parquet", "taobao_events",
+                    "synthetic_sequences"] = "synthetic"
     path: str | None = None
     batch_size: int = 4096
     workers: int = 0
@@ -64,6 +93,7 @@ class DataConfig:
     on_bad_record: Literal["fail", "skip"] = "fail"
     eval_fraction: float = 0.2
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    events: EventsConfig = field(default_factory=EventsConfig)
 
 
 @dataclass
@@ -89,7 +119,7 @@ class TableConfig:
     name: str = ""
     dim: int = 16
     features: list[str] = field(default_factory=list)
-    pooling: Literal["sum", "mean"] = "sum"
+    pooling: Literal["sum", "mean", "none"] = "sum"  # none: every ID its own row (sequences)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     init: InitConfig = field(default_factory=InitConfig)
     seed: int = 0
@@ -105,13 +135,25 @@ class DenseOptimizerConfig:
 
 
 @dataclass
+class DINConfig:
+    """DIN (Zhou et al. 2018): each ``pairs`` entry is [target feature, history feature]; the
+    pairs' targets form the query and their histories the keys of one attention unit."""
+
+    pairs: list[list[str]] = field(default_factory=list)
+    attention: list[int] = field(default_factory=lambda: [64, 32])
+    mlp: list[int] = field(default_factory=lambda: [128, 64])
+    normalize: Literal["none", "softmax"] = "none"  # none: the paper's unnormalised weights
+
+
+@dataclass
 class ModelConfig:
-    kind: Literal["dlrm", "deepfm", "dcn"] = "dlrm"
+    kind: Literal["dlrm", "deepfm", "dcn", "din"] = "dlrm"
     bottom: list[int] = field(default_factory=lambda: [64, 16])
     top: list[int] = field(default_factory=lambda: [64, 1])
     deep: list[int] = field(default_factory=lambda: [64, 32])  # DeepFM / DCN-v2 deep tower
     cross_layers: int = 2  # DCN-v2
     cross_rank: int | None = None  # DCN-v2 low-rank cross; None = full matrix
+    din: DINConfig = field(default_factory=DINConfig)
     dense_optimizer: DenseOptimizerConfig = field(default_factory=DenseOptimizerConfig)
 
 
@@ -214,10 +256,31 @@ class TrainConfig:
 
 
 @dataclass
+class FeaturesConfig:
+    """The unified feature platform: features come from a spec (the registry), computed from the
+    raw columns of ``data`` (or read from a materialization), instead of the reader's own keys."""
+
+    spec: str | None = None  # feature spec YAML: features, transforms, versions, consumers
+    consumer: str | None = None  # a single-model run: the registry consumer this model is
+    materialized: str | None = None  # read the features of this materialization (no recompute)
+
+
+@dataclass
+class ModelEntry:
+    """One model of a multi-model run: a registry consumer with its own model and tables."""
+
+    name: str = ""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tables: list[TableConfig] = field(default_factory=list)
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     tables: list[TableConfig] = field(default_factory=list)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    models: list[ModelEntry] = field(default_factory=list)  # several models from one extraction
     preset: Literal["resident", "arch-a", "arch-b"] | None = None
     store: StoreConfig = field(default_factory=StoreConfig)
     supply: SupplyConfig = field(default_factory=SupplyConfig)
@@ -330,13 +393,15 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("data.queue_depth: must be >= 1")
     if not 0.0 <= d.eval_fraction < 1.0:
         raise ConfigError("data.eval_fraction: must be in [0, 1)")
-    if d.reader != "synthetic" and not d.path:
+    if d.reader not in ("synthetic", "synthetic_sequences") and not d.path:
         raise ConfigError(f"data.path: reader '{d.reader}' needs a path")
     s = d.synthetic
     if s.bag_min < 0 or s.bag_max < s.bag_min:
         raise ConfigError("data.synthetic.bag_min/bag_max: need 0 <= bag_min <= bag_max")
     if s.alpha <= 0:
         raise ConfigError("data.synthetic.alpha: must be positive")
+    if cfg.models:
+        return _validate_models(cfg)
     if not cfg.tables:
         raise ConfigError("tables: at least one table is needed")
     seen_tables: set[str] = set()
@@ -350,7 +415,7 @@ def validate(cfg: Config) -> Config:
         seen_tables.add(t.name)
         if t.dim <= 0:
             raise ConfigError(f"{k}.dim: must be positive")
-        if not t.features:
+        if not t.features and not cfg.features.spec:  # a spec fills them from its consumer
             raise ConfigError(f"{k}.features: table '{t.name}' has no features")
         for f in t.features:
             if f in seen_features:
@@ -433,6 +498,119 @@ def validate(cfg: Config) -> Config:
             )
         if cfg.model.top[-1] != 1:
             raise ConfigError("model.top: DLRM's top MLP must end in 1 logit")
+    _validate_sequences(cfg)
+    return cfg
+
+
+_BEHAVIOURS = ("pv", "cart", "fav", "buy")
+
+
+def _validate_sequences(cfg: Config) -> None:
+    """data.events, unpooled tables and model.din."""
+    ev = cfg.data.events
+    if not 1 <= ev.max_len <= 10_000:
+        raise ConfigError("data.events.max_len: must be in [1, 10000]")
+    if ev.min_history < 0:
+        raise ConfigError("data.events.min_history: must be >= 0")
+    bad = [b for b in ev.positive if b not in _BEHAVIOURS]
+    if not ev.positive or bad:
+        raise ConfigError(f"data.events.positive: need behaviours among {', '.join(_BEHAVIOURS)}"
+                          f" (got {ev.positive})")
+    sq = ev.synthetic
+    if not 1 <= sq.seq_len <= 10_000:
+        raise ConfigError("data.events.synthetic.seq_len: must be in [1, 10000]")
+    for name in ("vocab_size", "num_cates", "num_users", "num_batches", "eval_batches"):
+        if getattr(sq, name) <= 0:
+            raise ConfigError(f"data.events.synthetic.{name}: must be positive")
+    if sq.alpha <= 0:
+        raise ConfigError("data.events.synthetic.alpha: must be positive")
+    table_of = {f: (i, t) for i, t in enumerate(cfg.tables) for f in t.features}
+    m = cfg.model
+    if m.kind != "din":
+        for i, t in enumerate(cfg.tables):
+            if t.pooling == "none":
+                raise ConfigError(f"tables[{i}].pooling: 'none' (unpooled sequences) needs a "
+                                  f"sequence model (model.kind: din), not '{m.kind}'")
+        return
+    d = m.din
+    if not d.pairs:
+        raise ConfigError("model.din.pairs: DIN needs at least one [target, history] pair")
+    if not d.attention or any(n <= 0 for n in d.attention):
+        raise ConfigError("model.din.attention: need one or more positive layer sizes")
+    if not d.mlp or any(n <= 0 for n in d.mlp):
+        raise ConfigError("model.din.mlp: need one or more positive layer sizes")
+    seen: set[str] = set()
+    for j, pair in enumerate(d.pairs):
+        key = f"model.din.pairs[{j}]"
+        if len(pair) != 2:
+            raise ConfigError(f"{key}: expected [target feature, history feature], got {pair}")
+        for f in pair:
+            if f in seen:
+                raise ConfigError(f"{key}: feature '{f}' appears in more than one place")
+            seen.add(f)
+        if cfg.features.spec:
+            continue  # the tables' features come from the spec later
+        for f in pair:
+            if f not in table_of:
+                raise ConfigError(f"{key}: feature '{f}' is not served by any table")
+        (_, target), (hi, hist) = table_of[pair[0]], table_of[pair[1]]
+        if hist.pooling != "none":
+            raise ConfigError(f"tables[{hi}].pooling: history feature '{pair[1]}' must come from "
+                              f"an unpooled table (pooling: none), not '{hist.pooling}'")
+        if target.dim != hist.dim:
+            raise ConfigError(f"{key}: target '{pair[0]}' (dim {target.dim}) and history "
+                              f"'{pair[1]}' (dim {hist.dim}) need one dim")
+
+
+def model_config(cfg: Config, i: int) -> Config:
+    """The single-model config of ``cfg.models[i]``: its model, tables and registry consumer,
+    the shared data, store, supply and train settings, and its own output paths."""
+    e = cfg.models[i]
+    tr = cfg.train
+
+    def own(path: str | None) -> str | None:
+        if path is None:
+            return None
+        p = Path(path)
+        return str(p.with_name(f"{p.stem}.{e.name}{p.suffix}") if p.suffix else p / e.name)
+
+    train = dataclasses.replace(
+        tr, metrics_json=own(tr.metrics_json), tensorboard_dir=own(tr.tensorboard_dir),
+        checkpoint=dataclasses.replace(tr.checkpoint, dir=own(tr.checkpoint.dir)))
+    return dataclasses.replace(
+        cfg, model=copy.deepcopy(e.model), tables=copy.deepcopy(e.tables), models=[],
+        features=dataclasses.replace(cfg.features, consumer=e.name), train=train)
+
+
+def _validate_models(cfg: Config) -> Config:
+    """A multi-model run: shared data and features, one validated config per model."""
+    if cfg.tables:
+        raise ConfigError("tables: a multi-model run declares its tables per model "
+                          "(models[i].tables)")
+    if not cfg.features.spec:
+        raise ConfigError("features.spec: a multi-model run needs the feature registry its "
+                          "models consume from")
+    if cfg.features.consumer is not None:
+        raise ConfigError("features.consumer: a multi-model run names each consumer in "
+                          "models[i].name")
+    if cfg.supply.path == "collaborative":
+        raise ConfigError("supply.path: 'collaborative' is not supported with several models "
+                          "yet (use resident tiers or ps-direct)")
+    seen: set[str] = set()
+    for i, e in enumerate(cfg.models):
+        if not e.name:
+            raise ConfigError(f"models[{i}].name: every model needs the name of its registry "
+                              "consumer")
+        if e.name in seen:
+            raise ConfigError(f"models[{i}].name: model '{e.name}' is declared twice")
+        seen.add(e.name)
+        try:
+            validate(model_config(cfg, i))
+        except ConfigError as err:
+            text = str(err)
+            if text.startswith(("tables", "model")):
+                text = f"models[{i}].{text}"
+            raise ConfigError(text) from None
     return cfg
 
 

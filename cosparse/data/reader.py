@@ -43,6 +43,10 @@ def make_reader(cfg: DataConfig, split: Split = "train") -> Reader:
         from cosparse.data.synthetic import SyntheticReader
 
         return SyntheticReader(cfg.synthetic, cfg.batch_size, split)
+    if cfg.reader == "synthetic_sequences":
+        from cosparse.data.synthetic_sequences import SyntheticSequenceReader
+
+        return SyntheticSequenceReader(cfg.events.synthetic, cfg.batch_size, split)
     if cfg.path is None:
         raise ValueError(f"data.path: reader '{cfg.reader}' needs a path")
     if cfg.reader == "criteo_tsv":
@@ -55,4 +59,9 @@ def make_reader(cfg: DataConfig, split: Split = "train") -> Reader:
         from cosparse.data.parquet import ParquetReader
 
         return ParquetReader(cfg.path, cfg.batch_size, split, cfg.eval_fraction, cfg.on_bad_record)
+    if cfg.reader == "taobao_events":
+        from cosparse.data.events import TaobaoEventsReader
+
+        return TaobaoEventsReader(cfg.path, cfg.batch_size, split, cfg.eval_fraction,
+                                  cfg.on_bad_record, cfg.events)
     raise ValueError(f"data.reader: unknown reader {cfg.reader!r}")

@@ -6,6 +6,10 @@ unique IDs to device slots, creating rows on first sight or bringing them up fro
 and pins them (``staged`` does both for a stream, reading a horizon of batches ahead).
 ``forward`` gathers the unique rows into a compact buffer and pools them. ``apply_gradients``
 runs the fused sparse optimizer on the rows of the last forward, writing them back in place.
+
+A table with ``pooling: none`` (behaviour sequences) makes every ID its own bag: its rows take
+the same path (dedup, tiers, planner, fused optimizer), and ``forward`` gives each of its
+features as a ``Jagged`` value (one row per ID, sample-major) instead of a [B, dim] tensor.
 """
 
 from __future__ import annotations
@@ -33,6 +37,20 @@ from cosparse.store.tiered import TieredTable
 from cosparse.store.types import RemoteRows, TableCounters
 from cosparse.supply.collaborative.supply import CollaborativeSupply
 from cosparse.supply.ps_direct import PSCachedTable, PSDirectTable
+
+
+@dataclass
+class Jagged:
+    """One unpooled feature: ``values`` [n, dim], the rows of sample ``s`` at
+    ``values[offsets[s]:offsets[s + 1]]``; ``lengths`` [B] and ``offsets`` [B + 1] int64."""
+
+    values: torch.Tensor
+    lengths: torch.Tensor
+    offsets: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.lengths.shape[0])
 
 
 @dataclass
@@ -167,8 +185,11 @@ class EmbeddingCollection(nn.Module):
                 lens.append(lengths[k * b : (k + 1) * b])
             ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
             lens_all = lens[0] if len(lens) == 1 else np.concatenate(lens)
-            bag_off = np.zeros(lens_all.shape[0] + 1, dtype=np.int64)
-            np.cumsum(lens_all, out=bag_off[1:])
+            if cfg.pooling == "none":  # every ID its own bag: rows come back one per ID
+                bag_off = np.arange(ids.shape[0] + 1, dtype=np.int64)
+            else:
+                bag_off = np.zeros(lens_all.shape[0] + 1, dtype=np.int64)
+                np.cumsum(lens_all, out=bag_off[1:])
             ids = self.tables[name].map_ids(ids)
             out[name] = dedupers[name].prepare(ids, bag_off, cfg.pooling == "mean")
         return PreparedBatch(batch, out, (time.perf_counter() - t0) * 1e3)
@@ -220,7 +241,8 @@ class EmbeddingCollection(nn.Module):
             yield leave()
 
     # --- lookup -----------------------------------------------------------------------------
-    def forward(self, batch: SparseBatch | PreparedBatch) -> dict[str, torch.Tensor]:
+    def forward(self, batch: SparseBatch | PreparedBatch) -> dict[str, torch.Tensor | Jagged]:
+        """Per feature: pooled [B, dim] rows, or a ``Jagged`` value for an unpooled table."""
         prepared = batch if isinstance(batch, PreparedBatch) else self.prepare(batch)
         if self.training and prepared.slots is None:
             self.stage(prepared, blocking=False)
@@ -228,7 +250,7 @@ class EmbeddingCollection(nn.Module):
         self.stage_ms["plan"] += prepared.plan_ms
         b = prepared.batch.batch_size
         self._pending = []
-        result: dict[str, torch.Tensor] = {}
+        result: dict[str, torch.Tensor | Jagged] = {}
         dev = self.device
         for name, tids in prepared.tables.items():
             table = self.tables[name]
@@ -252,9 +274,28 @@ class EmbeddingCollection(nn.Module):
             )
             if self.training:
                 self._pending.append(_Pending(table, leaf, s, slots))
+            if self.configs[name].pooling == "none":
+                result.update(self._jagged(prepared.batch, name, pooled))
+                continue
             for k, f in enumerate(self.configs[name].features):
                 result[f] = pooled[k * b : (k + 1) * b]
         return result
+
+    def _jagged(self, batch: SparseBatch, name: str, rows: torch.Tensor) -> dict[str, Jagged]:
+        """Split an unpooled table's rows [n, dim] into one Jagged value per feature."""
+        out: dict[str, Jagged] = {}
+        b, start = batch.batch_size, 0
+        for f in self.configs[name].features:
+            k = batch.keys.index(f)
+            lengths = batch.lengths[k * b : (k + 1) * b]
+            offsets = torch.zeros(b + 1, dtype=torch.int64)
+            torch.cumsum(lengths, 0, out=offsets[1:])
+            n = int(offsets[-1])
+            out[f] = Jagged(rows[start : start + n],
+                            lengths.to(self.device, non_blocking=True),
+                            offsets.to(self.device, non_blocking=True))
+            start += n
+        return out
 
     @torch.no_grad()
     def apply_gradients(self) -> None:

@@ -1,6 +1,8 @@
-"""Model zoo: DLRM, DeepFM and DCN-v2 over an EmbeddingCollection, built from a config."""
+"""Model zoo: DLRM, DeepFM, DCN-v2 and DIN over an EmbeddingCollection, built from a config."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -8,6 +10,9 @@ from torch import nn
 from cosparse.batch import SparseBatch
 from cosparse.config import Config, ConfigError
 from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
+
+if TYPE_CHECKING:
+    from cosparse.nn.din import DIN
 
 
 def mlp(sizes: list[int], last_activation: bool) -> nn.Sequential:
@@ -111,7 +116,7 @@ class DCNv2(RecModel):
         return self.deep(x)
 
 
-def build_model(cfg: Config, num_dense: int, device: torch.device) -> RecModel:
+def build_model(cfg: Config, num_dense: int, device: torch.device) -> RecModel | DIN:
     """The model named by ``cfg.model.kind`` over the tables of ``cfg``."""
     # with tiers the trainer swaps in a tiered collection once it has sized the tiers
     budget = None if cfg.store.tiered else cfg.store.device.budget_bytes
@@ -126,6 +131,10 @@ def build_model(cfg: Config, num_dense: int, device: torch.device) -> RecModel:
         model = DeepFM(ec, num_dense, m.deep)
     elif m.kind == "dcn":
         model = DCNv2(ec, num_dense, m.cross_layers, m.cross_rank, m.deep)
+    elif m.kind == "din":
+        from cosparse.nn.din import DIN
+
+        return DIN(ec, num_dense, m.din).to(device)
     else:  # pragma: no cover - config validation rejects it first
         raise ConfigError(f"model.kind: unknown model '{m.kind}'")
     return model.to(device)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from cosparse.config import Config, ConfigError
-from cosparse.data import BatchStream, make_reader
+from cosparse.data import BatchStream
 from cosparse.data.pool import WorkerExited
 from cosparse.link import Links
 from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
@@ -47,6 +47,7 @@ from cosparse.train.checkpoint import (
     save_checkpoint,
 )
 from cosparse.train.evaluate import log_loss, roc_auc
+from cosparse.train.inputs import ModelInputs, model_inputs
 from cosparse.train.metrics import IntervalStats, MetricsSink
 from cosparse.train.prefetch import Prefetcher
 from cosparse.train.sizing import SizingReport, describe, measure_dense_bytes, size_tiers
@@ -72,23 +73,34 @@ def make_dense_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
 class Trainer:
     """Trains ``cfg.model`` on ``cfg.data``; ``run`` returns the final metrics."""
 
-    def __init__(self, cfg: Config, log: Callable[[str], None] | None = None) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: Config, log: Callable[[str], None] | None = None,
+                 inputs: ModelInputs | None = None,
+                 stream_factory: Callable[[int], Any] | None = None) -> None:
+        """``inputs``: the readers (default: from ``cfg.data`` and ``cfg.features``);
+        ``stream_factory(start_batch)``: the training batches of an epoch, instead of a data
+        stream of this trainer's own (a multi-model run hands each model its view)."""
         self.log = log or (lambda msg: tqdm.write(msg))
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
             numba.set_num_threads(min(cfg.train.threads, numba.config.NUMBA_NUM_THREADS))
         torch.manual_seed(cfg.train.seed)
         self.device = pick_device(cfg.train.device)
-        self.train_reader = make_reader(cfg.data, "train")
-        self.eval_reader = make_reader(cfg.data, "eval")
+        self.inputs = inputs or model_inputs(cfg)
+        self.cfg = cfg = self.inputs.cfg
+        self.stream_factory = stream_factory
+        self.bar_desc: str | None = None  # the progress bar's label and row (several models)
+        self.bar_position: int | None = None
+        self.train_reader = self.inputs.train
+        self.eval_reader = self.inputs.eval
         keys = set(self.train_reader.keys)
+        source = (f"feature consumer '{cfg.features.consumer}'" if cfg.features.spec
+                  else f"data.reader '{cfg.data.reader}'")
         for i, t in enumerate(cfg.tables):
             for f in t.features:
                 if f not in keys:
                     raise ConfigError(
-                        f"tables[{i}].features: feature '{f}' is not produced by data.reader "
-                        f"'{cfg.data.reader}' (it has {', '.join(self.train_reader.keys)})"
+                        f"tables[{i}].features: feature '{f}' is not produced by {source} "
+                        f"(it has {', '.join(self.train_reader.keys)})"
                     )
         self.model = build_model(cfg, self.train_reader.num_dense, self.device)
         self.sizing: SizingReport | None = None
@@ -112,6 +124,7 @@ class Trainer:
         self.losses: list[float] = []
         self.bad_records = 0
         self.wire_bytes = 0  # bytes of every batch message on the worker->trainer link
+        self.features_computed = 0  # feature computations behind the batches trained
         self.delivering_pids: set[int] = set()  # processes whose PS pulls delivered rows
         self.data_worker_pids: set[int] = set()  # every data-worker process started
 
@@ -330,16 +343,17 @@ class Trainer:
         self._shrinks_at_log = self.ec.planner.shrinks
         bar = tqdm(
             total=total, initial=self.state.step, disable=not cfg.train.progress, unit="step",
-            dynamic_ncols=True,
+            dynamic_ncols=True, desc=self.bar_desc, position=self.bar_position,
         )
         last: dict[str, Any] = {}
         try:
             while self.state.step < total and self.state.epoch < cfg.train.epochs:
-                stream = BatchStream(
-                    self.train_reader, cfg.data.workers, cfg.data.queue_depth,
-                    start_batch=self.state.batch_in_epoch, codec=self.codec,
-                    link=self.links.worker_trainer,
-                )
+                stream = self.stream_factory(self.state.batch_in_epoch) if self.stream_factory \
+                    else BatchStream(
+                        self.train_reader, cfg.data.workers, cfg.data.queue_depth,
+                        start_batch=self.state.batch_in_epoch, codec=self.codec,
+                        link=self.links.worker_trainer,
+                    )
                 self.stream = stream  # the live data stream (its worker pids: ``stream.pids``)
                 self.data_worker_pids.update(stream.pids)
                 staged = self.ec.staged(stream, cfg.supply.horizon)
@@ -390,6 +404,7 @@ class Trainer:
         self.losses.append(loss)
         self.bad_records += prepared.batch.bad_records
         self.wire_bytes += prepared.batch.wire_bytes
+        self.features_computed += prepared.batch.features_computed
         if prepared.batch.delivery is not None:
             self.delivering_pids.add(prepared.batch.delivery.worker_pid)
         self.state.step += 1
@@ -412,6 +427,8 @@ class Trainer:
     def _log_interval(self, stats: IntervalStats, bar: tqdm | None) -> dict[str, Any]:
         rec = {"kind": "train", "step": self.state.step, **stats.summary()}
         rec["bad_records"] = self.bad_records
+        if self.cfg.features.spec and self.stream_factory is None:  # (a shared stream counts)
+            rec["features.computed"] = self.features_computed
         for name, n in self.ec.unique_ids.items():
             rec[f"unique_ids.{name}"] = n
         rec.update(self._store_metrics())

@@ -1,0 +1,118 @@
+"""A model's inputs: the readers it trains and evaluates on.
+
+Without ``features.spec`` they are the data reader's own (``make_reader``). With it, the model is
+a consumer of the feature registry: its features are resolved (pinned versions checked), its
+tables take the sparse features that feed them, and the batches are extracted from the raw
+columns of ``data`` by the feature platform, or read back from ``features.materialized``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from cosparse.config import Config, ConfigError, DataConfig
+from cosparse.data import make_reader
+from cosparse.data.reader import Reader
+from cosparse.data.split import Split
+
+
+@dataclass
+class ModelInputs:
+    """The config with its tables' features resolved, and the train and eval readers."""
+
+    cfg: Config
+    train: Reader
+    eval: Reader
+    sparse: list[str] | None = None  # the consumer's sparse and sequence features
+    dense: list[str] | None = None  # its dense features, in column order
+
+
+def load_registry(cfg: Config):  # -> FeatureSet
+    """The feature registry of ``features.spec``; spec errors become config errors."""
+    from cosparse.features import FeatureSpecError, load_feature_set
+
+    try:
+        return load_feature_set(cfg.features.spec)
+    except FeatureSpecError as e:
+        raise ConfigError(f"features.spec: {cfg.features.spec}: {e}") from None
+
+
+def raw_source(data: DataConfig, split: Split):  # -> RawSource
+    """The raw columns of ``data`` for the feature platform."""
+    from cosparse.features import CriteoRawSource, ParquetRawSource
+
+    if data.reader == "criteo_tsv":
+        return CriteoRawSource(data.path, data.batch_size, split, data.eval_fraction,
+                               data.on_bad_record)
+    if data.reader == "parquet":
+        return ParquetRawSource(data.path, data.batch_size, split, data.eval_fraction,
+                                data.on_bad_record)
+    raise ConfigError(f"data.reader: the feature platform extracts from the raw columns of "
+                      f"'criteo_tsv' or 'parquet', not '{data.reader}'")
+
+
+def consumer_features(cfg: Config, registry) -> tuple[Config, list[str], list[str]]:
+    """(config with every table's features, sparse features, dense features) of the consumer
+    ``features.consumer``. A table without features takes the consumer's features that feed it;
+    a consumed sparse feature no table serves, or a table feature the consumer does not
+    consume, is an error naming both."""
+    name = cfg.features.consumer
+    if name is None:
+        raise ConfigError("features.consumer: a run with features.spec names the registry "
+                          "consumer it trains")
+    from cosparse.features import FeatureSpecError
+
+    try:
+        consumed = registry.consumer(name)
+    except FeatureSpecError as e:
+        raise ConfigError(f"features.consumer: {e}") from None
+    specs = registry.features
+    dense = [f for f in consumed if specs[f].kind == "dense"]
+    sparse = [f for f in consumed if specs[f].kind != "dense"]
+    tables = []
+    for i, t in enumerate(cfg.tables):
+        feats = list(t.features) or [f for f in sparse if specs[f].table == t.name]
+        for f in feats:
+            if f not in sparse:
+                raise ConfigError(f"tables[{i}].features: '{f}' is not a sparse feature that "
+                                  f"consumer '{name}' consumes ({', '.join(sparse)})")
+        tables.append(dataclasses.replace(t, features=feats))
+    served = {f for t in tables for f in t.features}
+    for f in sparse:
+        if f not in served:
+            raise ConfigError(f"tables: feature '{f}' of consumer '{name}' feeds table "
+                              f"'{specs[f].table}', which no table of the config declares")
+    for i, t in enumerate(tables):
+        if not t.features:
+            raise ConfigError(f"tables[{i}].features: consumer '{name}' feeds table "
+                              f"'{t.name}' no feature")
+    return dataclasses.replace(cfg, tables=tables), sparse, dense
+
+
+def featurized_reader(cfg: Config, registry, sparse: list[str], dense: list[str],
+                      split: Split) -> Reader:
+    """Batches of ``sparse`` and ``dense`` features, extracted or read back."""
+    from cosparse.features import FeatureReader, FeatureSpecError, MaterializedReader
+
+    d = cfg.data
+    try:
+        if cfg.features.materialized:
+            return MaterializedReader(cfg.features.materialized, registry, sparse, dense,
+                                      d.batch_size, split, d.eval_fraction)
+        return FeatureReader(raw_source(d, split), registry, sparse, dense)
+    except FeatureSpecError as e:
+        raise ConfigError(f"features: {e}") from None
+
+
+def model_inputs(cfg: Config) -> ModelInputs:
+    """The readers of a single-model config."""
+    if not cfg.features.spec:
+        if cfg.features.materialized:
+            raise ConfigError("features.materialized: reading materialized features needs "
+                              "features.spec (the versions it must match)")
+        return ModelInputs(cfg, make_reader(cfg.data, "train"), make_reader(cfg.data, "eval"))
+    registry = load_registry(cfg)
+    cfg, sparse, dense = consumer_features(cfg, registry)
+    return ModelInputs(cfg, featurized_reader(cfg, registry, sparse, dense, "train"),
+                       featurized_reader(cfg, registry, sparse, dense, "eval"), sparse, dense)
