@@ -2,7 +2,13 @@
 
 The numba kernels release the GIL, so dedup of batch t+1 overlaps with the dense compute of
 batch t. The queue is bounded by ``lookahead``; 0 runs everything inline.
+
+The background thread runs its numba kernels on one thread: it overlaps with the trainer's
+compute, which already holds the cores, and a parallel region of its own there slowed the
+trainer's backward by 1.7x (DIN on 2 cores: 12.1k -> 21.4k samples/s with it serial).
+Numba's thread count is per calling thread, so the trainer's own kernels keep theirs.
 """
+
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+import numba
 
 _DONE = object()
 
@@ -28,6 +36,7 @@ class Prefetcher:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
 
     def _run(self) -> None:
+        numba.set_num_threads(1)  # see the module docstring
         try:
             for item in self._source:
                 out = self._fn(item)
