@@ -25,7 +25,12 @@ def _train(args: argparse.Namespace) -> int:
         overrides["train.progress"] = False
     try:
         cfg = load_config(args.config, overrides)
-        trainer = Trainer(cfg)
+        if cfg.models:  # several models from one feature extraction
+            from cosparse.train.multi import MultiTrainer
+
+            trainer = MultiTrainer(cfg)
+        else:
+            trainer = Trainer(cfg)
     except (ConfigError, DataError) as e:
         print(f"cosparse: error: {e}", file=sys.stderr)
         return 2
@@ -77,7 +82,7 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         result = compare(args.config, args.a, args.b, args.steps, args.out, warmup=args.warmup,
                          link_mbps=args.link_mbps, link_latency_ms=args.link_latency_ms,
-                         data=args.data)
+                         data=args.data, config_b=args.config_b)
     except ConfigError as e:
         print(f"cosparse: error: {e}", file=sys.stderr)
         return 2
@@ -150,6 +155,85 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
     k.set_defaults(func=_ps_keygen)
 
 
+def _features_lineage(args: argparse.Namespace) -> int:
+    from cosparse.features import FeatureSpecError, format_lineage, lineage, load_spec
+
+    try:
+        fs = load_spec(args.spec, check_pins=False)
+    except FeatureSpecError as e:
+        print(f"cosparse: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(lineage(fs), indent=1) if args.json else format_lineage(fs))
+    return 0
+
+
+def _features_diff(args: argparse.Namespace) -> int:
+    from cosparse.features import FeatureSpecError, diff, format_diff, load_spec
+
+    try:
+        a, b = load_spec(args.a, check_pins=False), load_spec(args.b, check_pins=False)
+    except FeatureSpecError as e:
+        print(f"cosparse: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(diff(a, b), indent=1) if args.json else format_diff(a, b))
+    return 0
+
+
+def _features_materialize(args: argparse.Namespace) -> int:
+    from cosparse.data.errors import DataError
+    from cosparse.features import FeatureSpecError, load_spec, materialize, open_source
+
+    try:
+        fs = load_spec(args.spec)
+        feats = [f for f in args.features.split(",") if f.strip()] if args.features else None
+        src = open_source(args.data, args.batch_size, "train", 0.0, args.on_bad_record, args.source)
+        if fs.unfitted(feats):
+            sample = open_source(args.data, args.fit_rows, "train", 0.0, args.on_bad_record, args.source)
+            fs.check_source(sample.columns)
+            fs = fs.fit(sample.build_raw(next(iter(sample.tasks()))))
+            print(f"features: fitted quantile boundaries on the first {args.fit_rows} rows",
+                  file=sys.stderr)
+        manifest = materialize(src, fs, args.out, feats, progress_every=args.progress_every)
+    except (FeatureSpecError, ValueError) as e:
+        print(f"cosparse: error: {e}", file=sys.stderr)
+        return 2
+    except DataError as e:
+        print(f"cosparse: data error: {e}", file=sys.stderr)
+        return 3
+    print(json.dumps({"out": args.out, "rows": manifest["rows"], "bad_records": manifest["bad_records"],
+                      "features": {n: f["version"] for n, f in manifest["features"].items()}},
+                     sort_keys=True))
+    return 0
+
+
+def _add_features(sub: argparse._SubParsersAction) -> None:
+    fp = sub.add_parser("features", help="feature platform: lineage, diff, materialize")
+    fps = fp.add_subparsers(dest="features_command", required=True)
+    li = fps.add_parser("lineage", help="print the feature DAG with versions and consuming models")
+    li.add_argument("--spec", required=True, help="YAML feature spec")
+    li.add_argument("--json", action="store_true", help="print the structure as JSON")
+    li.set_defaults(func=_features_lineage)
+    d = fps.add_parser("diff", help="added / removed / changed features and the models affected")
+    d.add_argument("a", help="old YAML feature spec")
+    d.add_argument("b", help="new YAML feature spec")
+    d.add_argument("--json", action="store_true", help="print the structure as JSON")
+    d.set_defaults(func=_features_diff)
+    m = fps.add_parser("materialize", help="extract features once and write them to Parquet, "
+                                            "keyed by feature version")
+    m.add_argument("--spec", required=True, help="YAML feature spec")
+    m.add_argument("--data", required=True, help="Criteo TSV (.txt, .gz) or Parquet (.parquet) file")
+    m.add_argument("--out", required=True, help="output directory (manifest.json + one file per feature)")
+    m.add_argument("--features", default=None, help="comma-separated features (default: all)")
+    m.add_argument("--batch-size", type=int, default=65536, help="rows per batch / row group")
+    m.add_argument("--source", choices=["criteo", "parquet"], default=None,
+                   help="source format (default: by extension)")
+    m.add_argument("--on-bad-record", choices=["fail", "skip"], default="fail")
+    m.add_argument("--fit-rows", type=int, default=100000,
+                   help="rows of the sample that fits quantile bucketizes")
+    m.add_argument("--progress-every", type=int, default=10, help="a progress line per N batches")
+    m.set_defaults(func=_features_materialize)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cosparse", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -175,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="train two variants (A and B) on the same data and "
                                         "write compare.json and report.html")
     c.add_argument("--config", required=True)
+    c.add_argument("--config-b", default=None,
+                   help="variant b's own config file (default: --config), e.g. the same model "
+                        "fed by the feature platform")
     c.add_argument("--a", default="arch-a", help="PRESET[,key=value...] (default arch-a)")
     c.add_argument("--b", default="arch-b", help="PRESET[,key=value...] (default arch-b)")
     c.add_argument("--steps", type=int, required=True, help="steps of each run")
@@ -187,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default="runs/compare", help="directory for compare.json and report.html")
     c.set_defaults(func=_compare)
     _add_ps(sub)
+    _add_features(sub)
     return p
 
 

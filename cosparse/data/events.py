@@ -184,7 +184,7 @@ class TaobaoEventsReader:
         self.bad_records = int(log.bad_lines.shape[0]) if split == "train" else 0
         ix = sequence_index(log)
         self._item, self._cate, self._btag = log.item, log.cate, log.btag
-        self._user = log.user
+        self._user, self._ts = log.user, log.ts
         self._label = np.isin(log.btag, [K.BEHAVIOURS.index(b) for b in ev.positive])
         self._lo = np.maximum(ix.user_start, ix.run_start - ev.max_len)
         self._hi = ix.run_start

@@ -68,7 +68,8 @@ class DeepFM(RecModel):
         super().__init__(ec, num_dense)
         dim = ec.dim_of(self.features[0])
         nf = len(self.features)
-        self.first_order_dense = nn.Linear(num_dense, 1)
+        # no dense features (a feature-platform consumer may have none): no dense first-order term
+        self.first_order_dense = nn.Linear(num_dense, 1) if num_dense else None
         # first-order weight of a sparse feature: a learned projection of its embedding
         self.first_order_sparse = nn.Parameter(torch.zeros(nf, dim))
         self.deep = mlp([num_dense + nf * dim, *deep, 1], last_activation=False)
@@ -78,9 +79,9 @@ class DeepFM(RecModel):
         square_of_sum = e.sum(dim=1).pow(2)
         sum_of_square = e.pow(2).sum(dim=1)
         fm = 0.5 * (square_of_sum - sum_of_square).sum(dim=1, keepdim=True)
-        first = self.first_order_dense(dense) + (e * self.first_order_sparse).sum(dim=(1, 2))[
-            :, None
-        ]
+        first = (e * self.first_order_sparse).sum(dim=(1, 2))[:, None]
+        if self.first_order_dense is not None:
+            first = self.first_order_dense(dense) + first
         deep = self.deep(torch.cat([dense, e.flatten(1)], dim=1))
         return fm + first + deep
 

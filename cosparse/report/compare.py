@@ -115,20 +115,25 @@ def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None]) ->
 def compare(config: str | Path, a: str, b: str, steps: int, out_dir: str | Path,
             warmup: int | None = None, link_mbps: float | None = None,
             link_latency_ms: float = 0.0, data: str | None = None,
-            log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run both variants and write ``compare.json`` and ``report.html`` into ``out_dir``."""
+            log: Callable[[str], None] = print,
+            config_b: str | Path | None = None) -> dict[str, Any]:
+    """Run both variants and write ``compare.json`` and ``report.html`` into ``out_dir``.
+    ``config_b``: variant b's config file, when it differs from ``config`` in more than
+    switches (say, features from the feature platform instead of the reader's own)."""
     if steps < 2:
         raise ConfigError("--steps: need at least 2")
     warmup = min(steps // 5, 50) if warmup is None else warmup
     if not 0 <= warmup < steps:
         raise ConfigError("--warmup: must be in [0, steps)")
-    raw = read_config_mapping(config)
-    set_dotted(raw, {"train.steps": steps, "network.link_mbps": link_mbps,
-                     "network.link_latency_ms": link_latency_ms})
-    if data:
-        set_dotted(raw, {"data.path": data})
+    raws = {"a": read_config_mapping(config), "b": read_config_mapping(config_b or config)}
+    for raw in raws.values():
+        set_dotted(raw, {"train.steps": steps, "network.link_mbps": link_mbps,
+                         "network.link_latency_ms": link_latency_ms})
+        if data:
+            set_dotted(raw, {"data.path": data})
     variants = {key: parse_variant(spec) for key, spec in (("a", a), ("b", b))}
-    cfgs = {key: config_from_mapping(variant_mapping(raw, *v)) for key, v in variants.items()}
+    cfgs = {key: config_from_mapping(variant_mapping(raws[key], *v))
+            for key, v in variants.items()}
     runs = {}
     for key, cfg in cfgs.items():
         spec = a if key == "a" else b
@@ -138,8 +143,8 @@ def compare(config: str | Path, a: str, b: str, steps: int, out_dir: str | Path,
     la, lb = runs["a"]["losses"], runs["b"]["losses"]
     diff = max((abs(x - y) for x, y in zip(la, lb, strict=False)), default=0.0)
     result = {
-        "config": str(config), "steps": steps, "warmup": warmup, "link_mbps": link_mbps,
-        "link_latency_ms": link_latency_ms,
+        "config": str(config), "config_b": str(config_b or config), "steps": steps,
+        "warmup": warmup, "link_mbps": link_mbps, "link_latency_ms": link_latency_ms,
         "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "loss_identical": la == lb, "loss_max_abs_diff": diff if len(la) == len(lb) else None,
         "runs": runs,

@@ -181,7 +181,10 @@ def header(compare: Mapping[str, Any], runs: Sequence[Run]) -> str:
     """Title, run settings (config, steps, link, created) and the runs' presets."""
     c = compare.get
     mbps, lat = svg.finite(c("link_mbps")), svg.finite(c("link_latency_ms"))
-    meta = [("config", str(c("config") or NA)), ("steps", fmt_count(c("steps"))),
+    meta = [("config", str(c("config") or NA))]
+    if c("config_b") not in (None, c("config")):
+        meta.append(("config of b", str(c("config_b"))))
+    meta += [("steps", fmt_count(c("steps"))),
             ("link bandwidth", NA if mbps is None else f"{mbps:,.1f} Mbit/s"),
             ("link latency", NA if lat is None else f"{lat:,.2f} ms"), ("created", str(c("created") or NA))]
     rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in meta)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cosparse.config import Config, ConfigError, DataConfig
 from cosparse.data import make_reader
 from cosparse.data.reader import Reader
 from cosparse.data.split import Split
+
+if TYPE_CHECKING:  # the feature platform is imported only by runs that use it
+    from cosparse.features import FeatureSet, RawSource
 
 
 @dataclass
@@ -28,19 +32,32 @@ class ModelInputs:
     dense: list[str] | None = None  # its dense features, in column order
 
 
-def load_registry(cfg: Config):  # -> FeatureSet
-    """The feature registry of ``features.spec``; spec errors become config errors."""
-    from cosparse.features import FeatureSpecError, load_feature_set
+def load_registry(cfg: Config) -> FeatureSet:
+    """The feature registry of ``features.spec``, checked against the raw columns of ``data``
+    and with its quantile buckets fitted on the first training batch; spec errors become
+    config errors. Pinned versions are checked for the consumers this run trains."""
+    from cosparse.features import FeatureSpecError, load_spec
 
     try:
-        return load_feature_set(cfg.features.spec)
+        registry = load_spec(cfg.features.spec, check_pins=False)  # type: ignore[arg-type]
+        if cfg.features.materialized:
+            return registry  # the materialization holds the fitted boundaries
+        source = raw_source(cfg.data, "train")
+        registry.check_source(source.columns)
+        if registry.unfitted():
+            first = next(iter(source.tasks()), None)
+            if first is None:
+                raise ConfigError("features.spec: quantile buckets need data to fit on, and "
+                                  "the training split is empty")
+            registry = registry.fit(source.build_raw(first))
+        return registry
     except FeatureSpecError as e:
         raise ConfigError(f"features.spec: {cfg.features.spec}: {e}") from None
 
 
-def raw_source(data: DataConfig, split: Split):  # -> RawSource
+def raw_source(data: DataConfig, split: Split) -> RawSource:
     """The raw columns of ``data`` for the feature platform."""
-    from cosparse.features import CriteoRawSource, ParquetRawSource
+    from cosparse.features import CriteoRawSource, EventLogRawSource, ParquetRawSource
 
     if data.reader == "criteo_tsv":
         return CriteoRawSource(data.path, data.batch_size, split, data.eval_fraction,
@@ -48,11 +65,14 @@ def raw_source(data: DataConfig, split: Split):  # -> RawSource
     if data.reader == "parquet":
         return ParquetRawSource(data.path, data.batch_size, split, data.eval_fraction,
                                 data.on_bad_record)
+    if data.reader == "taobao_events":
+        return EventLogRawSource(data.path, data.batch_size, split, data.eval_fraction,
+                                 data.on_bad_record, data.events)
     raise ConfigError(f"data.reader: the feature platform extracts from the raw columns of "
-                      f"'criteo_tsv' or 'parquet', not '{data.reader}'")
+                      f"'criteo_tsv', 'parquet' or 'taobao_events', not '{data.reader}'")
 
 
-def consumer_features(cfg: Config, registry) -> tuple[Config, list[str], list[str]]:
+def consumer_features(cfg: Config, registry: FeatureSet) -> tuple[Config, list[str], list[str]]:
     """(config with every table's features, sparse features, dense features) of the consumer
     ``features.consumer``. A table without features takes the consumer's features that feed it;
     a consumed sparse feature no table serves, or a table feature the consumer does not
@@ -64,12 +84,10 @@ def consumer_features(cfg: Config, registry) -> tuple[Config, list[str], list[st
     from cosparse.features import FeatureSpecError
 
     try:
-        consumed = registry.consumer(name)
+        sparse, dense = registry.consumer_keys(name)
     except FeatureSpecError as e:
         raise ConfigError(f"features.consumer: {e}") from None
     specs = registry.features
-    dense = [f for f in consumed if specs[f].kind == "dense"]
-    sparse = [f for f in consumed if specs[f].kind != "dense"]
     tables = []
     for i, t in enumerate(cfg.tables):
         feats = list(t.features) or [f for f in sparse if specs[f].table == t.name]
@@ -90,7 +108,7 @@ def consumer_features(cfg: Config, registry) -> tuple[Config, list[str], list[st
     return dataclasses.replace(cfg, tables=tables), sparse, dense
 
 
-def featurized_reader(cfg: Config, registry, sparse: list[str], dense: list[str],
+def featurized_reader(cfg: Config, registry: FeatureSet, sparse: list[str], dense: list[str],
                       split: Split) -> Reader:
     """Batches of ``sparse`` and ``dense`` features, extracted or read back."""
     from cosparse.features import FeatureReader, FeatureSpecError, MaterializedReader

@@ -1,0 +1,89 @@
+"""EventLogRawSource: the raw columns of a Taobao-style event log (one row per target event, with
+the user's preceding events as jagged columns), for the feature platform.
+
+The targets, their order, the split, the shuffle and the labels are exactly those of
+``cosparse.data.events.TaobaoEventsReader``, which this source wraps (the log is parsed, sorted and
+indexed once per process there). Columns per target event:
+
+- scalars (int): ``user_id``, ``item_id``, ``category_id``, ``behavior_type`` (the behaviour code:
+  pv 0, cart 1, fav 2, buy 3) and ``timestamp``;
+- jagged (list_int) over the preceding events, most recent first, at most ``events.max_len``:
+  ``hist_item_id``, ``hist_category_id``, ``hist_behavior_type`` and ``hist_timestamp`` (the same
+  elements, in the same order, as the reader's ``hist_item`` / ``hist_cate`` / ``hist_btag``).
+
+The raw columns are named after the log's fields, so that a spec can name its features like the
+reader's (``user``, ``hist_item``, ...): a feature may not share a raw column's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from cosparse.config import EventsConfig
+from cosparse.data.events import EventsTask, OnBadRecord, TaobaoEventsReader, sequences_from_ranges
+from cosparse.data.split import Split
+from cosparse.features.types import INT, LIST_INT, Column, ColumnKind, RawBatch
+
+SCALAR_COLUMNS = ("user_id", "item_id", "category_id", "behavior_type", "timestamp")
+HISTORY_COLUMNS = ("hist_item_id", "hist_category_id", "hist_behavior_type", "hist_timestamp")
+
+
+def reversed_range_index(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Flat positions ``hi[s]-1`` down to ``lo[s]`` per row s (the reader's history order)."""
+    lengths = (hi - lo).astype(np.int64)
+    starts = np.zeros(lengths.shape[0], np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return np.repeat(hi - 1 + starts, lengths) - np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+class EventLogRawSource:
+    """One split of an event log as raw columns (see the module docstring); picklable, and
+    ``build_raw`` is pure, so it runs in the data-worker processes."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        split: Split = "train",
+        eval_fraction: float = 0.2,
+        on_bad_record: OnBadRecord = "fail",
+        events: EventsConfig | None = None,
+    ) -> None:
+        self._events = TaobaoEventsReader(path, batch_size, split, eval_fraction, on_bad_record,
+                                          events)
+        self.path = self._events.path
+        self.batch_size = batch_size
+        self.split: Split = split
+        self.eval_fraction = eval_fraction
+        self.on_bad_record: OnBadRecord = on_bad_record
+        self.events = self._events.events
+        self.columns: dict[str, ColumnKind] = {c: INT for c in SCALAR_COLUMNS}
+        self.columns.update({c: LIST_INT for c in HISTORY_COLUMNS})
+
+    @property
+    def num_samples(self) -> int:
+        return self._events.num_samples
+
+    @property
+    def num_batches(self) -> int:
+        return self._events.num_batches
+
+    def tasks(self, start_batch: int = 0) -> Iterator[EventsTask]:
+        return self._events.tasks(start_batch)
+
+    def build_raw(self, task: EventsTask) -> RawBatch:
+        r = self._events
+        pos = task.positions
+        lo, hi = r._lo[pos], r._hi[pos]
+        lengths, items, cates, btags = sequences_from_ranges(r._item, r._cate, r._btag, lo, hi)
+        stamps = r._ts[reversed_range_index(lo, hi)]
+        scalars = (r._user[pos], r._item[pos], r._cate[pos], r._btag[pos], r._ts[pos])
+        cols = {name: Column(INT, np.ascontiguousarray(v, np.int64))
+                for name, v in zip(SCALAR_COLUMNS, scalars, strict=True)}
+        for name, v in zip(HISTORY_COLUMNS, (items, cates, btags, stamps), strict=True):
+            cols[name] = Column(LIST_INT, v, None, lengths)
+        bad = r.bad_records if task.index == 0 else 0
+        return RawBatch(cols, r._label[pos].astype(np.float32), task.index, bad, f"{self.path}: ")

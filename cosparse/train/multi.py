@@ -1,0 +1,115 @@
+"""Several models trained in one run from one feature extraction.
+
+Every model of ``models:`` is a consumer of the feature registry with its own tables, dense
+model and optimizers (a whole ``Trainer`` each, on its own thread). One shared data stream
+extracts the union of their features, each feature once per batch, in the data workers, and the
+fan-out hands every model its view of each batch, in order. Each model trains exactly as it
+would alone on the same features; ``features.computed`` and ``features.served`` prove the
+extraction ran once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tqdm import tqdm
+
+from cosparse.config import Config, ConfigError, model_config
+from cosparse.train.fanout import ConsumerView, FanOut, ViewReader
+from cosparse.train.inputs import ModelInputs, consumer_features, featurized_reader, load_registry
+from cosparse.train.trainer import Trainer
+
+
+def _union(lists: list[list[str]]) -> list[str]:
+    return list(dict.fromkeys(f for names in lists for f in names))
+
+
+class MultiTrainer:
+    """Trains every model of ``cfg.models`` on one extraction of their features."""
+
+    def __init__(self, cfg: Config, log: Callable[[str], None] | None = None) -> None:
+        self.cfg = cfg
+        self.log = log or (lambda msg: tqdm.write(msg))
+        registry = load_registry(cfg)
+        plans = []
+        for i, entry in enumerate(cfg.models):
+            try:
+                plans.append(consumer_features(model_config(cfg, i), registry))
+            except ConfigError as e:
+                text = str(e)
+                prefix = f"models[{i}]." if text.startswith("tables") else ""
+                raise ConfigError(f"{prefix}{text} (model '{entry.name}')") from None
+        self.views = [ConsumerView(e.name, tuple(sparse), tuple(dense))
+                      for e, (_, sparse, dense) in zip(cfg.models, plans, strict=True)]
+        self.sparse = _union([list(v.sparse) for v in self.views])
+        self.dense = _union([list(v.dense) for v in self.views])
+        union = featurized_reader(cfg, registry, self.sparse, self.dense, "train")
+        self.fanout = FanOut(union, self.views, cfg.data.workers, cfg.data.queue_depth)
+        self.trainers: dict[str, Trainer] = {}
+        try:
+            for i, (view, (mcfg, sparse, dense)) in enumerate(zip(self.views, plans, strict=True)):
+                inputs = ModelInputs(mcfg, ViewReader(union, view),
+                                     featurized_reader(mcfg, registry, sparse, dense, "eval"),
+                                     sparse, dense)
+                trainer = Trainer(mcfg, log=self._model_log(view.name), inputs=inputs,
+                                  stream_factory=self._stream_of(view.name))
+                trainer.bar_desc, trainer.bar_position = view.name, i
+                self.trainers[view.name] = trainer
+        except BaseException:
+            self.close()
+            raise
+        self.log(f"features: {len(self.sparse) + len(self.dense)} features extracted once per "
+                 f"batch for {len(self.views)} models ({', '.join(self.trainers)})")
+
+    def _model_log(self, name: str) -> Callable[[str], None]:
+        return lambda msg: self.log(f"[{name}] {msg}")
+
+    def _stream_of(self, name: str) -> Callable[[int], Any]:
+        return lambda start_batch: self.fanout.stream(name, start_batch)
+
+    def resume(self, path: str) -> None:
+        """Resume every model from its checkpoint under ``path`` (``path/<model name>``)."""
+        for name, t in self.trainers.items():
+            t.resume(os.path.join(path, name))
+        steps = {t.state.step for t in self.trainers.values()}
+        if len(steps) > 1:
+            raise ConfigError(f"--resume: the models' checkpoints are at different steps "
+                              f"{sorted(steps)}; a multi-model run resumes them together")
+
+    def run(self) -> dict[str, Any]:
+        """Train every model to ``train.steps``; the final metrics of each, and the
+        extraction counters."""
+        results: dict[str, dict[str, Any]] = {}
+        errors: list[BaseException] = []
+
+        def train(name: str, t: Trainer) -> None:
+            try:
+                results[name] = t.run()
+            except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+                errors.append(e)
+                self.fanout.close()  # the others stop too
+
+        threads = [threading.Thread(target=train, args=(n, t), name=f"cosparse-model-{n}")
+                   for n, t in self.trainers.items()]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if errors:
+            raise errors[0]
+        f = self.fanout
+        served_per_batch = sum(v.num_features for v in self.views)
+        return {"models": results,
+                "features": {"computed": f.computed, "served": f.served, "batches": f.batches,
+                             "extracted": len(self.sparse) + len(self.dense),
+                             "served_per_batch": served_per_batch}}
+
+    def close(self) -> None:
+        """Stop the shared stream and every model's trainer (safe to call twice)."""
+        if hasattr(self, "fanout"):
+            self.fanout.close()
+        for t in getattr(self, "trainers", {}).values():
+            t.close()

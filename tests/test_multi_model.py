@@ -1,0 +1,136 @@
+"""Several models from one feature extraction: each common feature is computed once per batch,
+every model gets its own view, and each trains exactly as it would alone."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cosparse.config import ConfigError, config_from_mapping
+from cosparse.train.multi import MultiTrainer
+from cosparse.train.trainer import Trainer
+
+CRITEO = Path(__file__).resolve().parents[2] / "shared/data/criteo/train_head10k.txt"
+pytestmark = pytest.mark.skipif(not CRITEO.exists(), reason="../shared/data/criteo is not present")
+
+DENSE = [f"i{k}" for k in range(1, 14)]
+CATS = [f"c{k}" for k in range(1, 9)]
+
+
+def write_spec(path: Path, cross_seed: int = 7) -> Path:
+    feats = [{"name": f"i{k}", "inputs": [f"I{k}"], "kind": "dense",
+              "transforms": [{"fill_missing": {"value": 0}}, {"clip": {"min": 0}}, {"log1p": {}}]}
+             for k in range(1, 14)]
+    feats += [{"name": f"c{k}", "inputs": [f"C{k}"], "kind": "sparse", "table": "cat",
+               "transforms": [{"hash": {"seed": 11, "buckets": 100_003}}]} for k in range(1, 9)]
+    feats += [
+        {"name": "c1_x_c2", "inputs": ["c1", "c2"], "kind": "sparse", "table": "cross",
+         "transforms": [{"cross": {"seed": cross_seed}}]},
+        {"name": "i1_bucket", "inputs": ["I1"], "kind": "sparse", "table": "bucket",
+         "transforms": [{"bucketize": {"boundaries": [0, 1, 3, 10, 30, 100]}}]},
+    ]
+    models = [{"name": "dlrm_v1", "consumes": [*DENSE, *CATS, "c1_x_c2"]},
+              {"name": "deepfm_v1", "consumes": [*DENSE[:4], *CATS[:6], "i1_bucket"]}]
+    path.write_text(yaml.safe_dump({"features": feats, "models": models}))
+    return path
+
+
+def table(name: str) -> dict:
+    return {"name": name, "dim": 8, "optimizer": {"kind": "rowwise_adagrad", "lr": 0.05}}
+
+
+def multi_raw(spec: Path, workers: int = 1, steps: int = 16) -> dict:
+    return {
+        "data": {"reader": "criteo_tsv", "path": str(CRITEO), "batch_size": 512,
+                 "workers": workers, "eval_fraction": 0.2},
+        "features": {"spec": str(spec)},
+        "models": [
+            {"name": "dlrm_v1", "model": {"kind": "dlrm", "bottom": [16, 8], "top": [16, 1]},
+             "tables": [table("cat"), table("cross")]},
+            {"name": "deepfm_v1", "model": {"kind": "deepfm", "deep": [16, 8]},
+             "tables": [table("cat"), table("bucket")]},
+        ],
+        "train": {"steps": steps, "progress": False, "log_every": 6, "threads": 2},
+    }
+
+
+def single_raw(multi: dict, i: int) -> dict:
+    raw = copy.deepcopy(multi)
+    entry = raw.pop("models")[i]
+    raw["model"], raw["tables"] = entry["model"], entry["tables"]
+    raw["features"]["consumer"] = entry["name"]
+    return raw
+
+
+def test_each_common_feature_is_computed_once_per_batch_and_models_train_as_alone(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml")
+    raw = multi_raw(spec)
+    multi = MultiTrainer(config_from_mapping(raw), log=lambda m: None)
+    try:
+        out = multi.run()
+    finally:
+        multi.close()
+    pids = multi.fanout.worker_pids
+    f = out["features"]
+    union = 13 + 8 + 2  # i1..i13, c1..c8, the cross and the bucket: the closure of both models
+    served = (13 + 8 + 1) + (4 + 6 + 1)
+    assert f["batches"] == 16  # one epoch of the 8,000 training rows
+    assert f["computed"] == 16 * union  # every feature of the union once per batch
+    assert f["served"] == 16 * served  # and handed to both models: the overlap is not recomputed
+    assert f["computed"] < f["served"]
+    assert pids and os.getpid() not in pids  # extraction ran in the data-worker process
+    for p in pids:  # and that process is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(p, 0)
+    for i, name in enumerate(("dlrm_v1", "deepfm_v1")):
+        alone = Trainer(config_from_mapping(single_raw(raw, i)), log=lambda m: None)
+        try:
+            alone_final = alone.run()
+            assert alone.losses == multi.trainers[name].losses, name
+            assert alone_final["auc"] == out["models"][name]["auc"]
+            assert alone.features_computed == 16 * (22 if i == 0 else 11)
+        finally:
+            alone.close()
+        assert 0.5 < out["models"][name]["auc"] < 1.0
+
+
+def test_multi_model_config_errors_name_the_key(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml")
+    raw = multi_raw(spec)
+    bad = copy.deepcopy(raw)
+    del bad["features"]
+    with pytest.raises(ConfigError, match="features.spec"):
+        config_from_mapping(bad)
+    bad = copy.deepcopy(raw)
+    bad["models"][1]["name"] = "dlrm_v1"
+    with pytest.raises(ConfigError, match=r"models\[1\].name: model 'dlrm_v1' is declared twice"):
+        config_from_mapping(bad)
+    bad = copy.deepcopy(raw)
+    bad["models"][0]["model"]["bottom"] = [16, 4]
+    with pytest.raises(ConfigError, match=r"models\[0\].model.bottom"):
+        config_from_mapping(bad)
+    bad = copy.deepcopy(raw)
+    bad["models"][0]["name"] = "nobody"
+    with pytest.raises(ConfigError, match="nobody"):
+        MultiTrainer(config_from_mapping(bad), log=lambda m: None)
+    bad = copy.deepcopy(raw)
+    bad["models"][0]["tables"] = [table("cat")]  # the cross feeds a table it does not declare
+    with pytest.raises(ConfigError, match="c1_x_c2.*cross"):
+        MultiTrainer(config_from_mapping(bad), log=lambda m: None)
+
+
+def test_a_model_pinned_to_a_version_no_longer_produced_fails_at_start_up(tmp_path):
+    from cosparse.features import load_spec
+
+    old = load_spec(write_spec(tmp_path / "old.yaml"))
+    version = old.versions["c1_x_c2"]
+    spec = write_spec(tmp_path / "spec.yaml", cross_seed=8)  # the cross changed
+    text = yaml.safe_load(spec.read_text())
+    text["models"][0]["consumes"][-1] = f"c1_x_c2@{version}"
+    spec.write_text(yaml.safe_dump(text))
+    with pytest.raises(ConfigError, match=f"c1_x_c2.*{version}"):
+        MultiTrainer(config_from_mapping(multi_raw(spec)), log=lambda m: None)
