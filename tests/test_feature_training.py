@@ -103,7 +103,8 @@ def test_cosparse_train_runs_several_models_from_one_extraction(capsys, monkeypa
     final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["final"]
     assert set(final["models"]) == {"dlrm_v1", "deepfm_v1"}
     f = final["features"]
-    assert f["computed"] == f["batches"] * f["extracted"] and f["served"] == f["batches"] * 73
+    assert f["computed"] == f["batches"] * f["extracted"]  # once per batch the stream built
+    assert 6 * 73 <= f["served"] <= f["batches"] * 73  # (it reads ahead of the models)
     assert (tmp_path / "m.dlrm_v1.jsonl").exists() and (tmp_path / "m.deepfm_v1.jsonl").exists()
 
 

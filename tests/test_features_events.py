@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from test_din import TINY  # user 7: not time-sorted in the file; two events share t=300
+from test_feature_training import train
 
 from cosparse.config import ConfigError, EventsConfig, config_from_mapping
 from cosparse.data.events import TaobaoEventsReader
@@ -28,16 +30,6 @@ HIST = {"hist_item": "hist_item_id", "hist_cate": "hist_category_id",
         "hist_btag": "hist_behavior_type"}
 TARGET = {"user": "user_id", "target_item": "item_id", "target_cate": "category_id"}
 
-# user 7: not time-sorted in the file; two events share t=300 (lines 3 and 5)
-TINY = """7,70,700,pv,500
-7,71,701,pv,100
-7,72,702,cart,300
-7,73,703,buy,400
-7,74,704,fav,300
-7,75,705,buy,200
-9,90,900,pv,150
-9,91,901,buy,250
-"""
 
 
 def assert_same_batches(src: EventLogRawSource, reader: TaobaoEventsReader) -> int:
@@ -108,14 +100,6 @@ def din_config(name: str, steps: int, **features) -> dict:
         raw["features"] = {**raw["features"], "spec": str(SPEC), **features}
     return raw
 
-
-def train(raw: dict) -> Trainer:
-    t = Trainer(config_from_mapping(raw), log=lambda m: None)
-    try:
-        t.final = t.run()
-    finally:
-        t.close()
-    return t
 
 
 @needs_taobao

@@ -25,7 +25,7 @@ from cosparse.data import kernels as K
 from cosparse.data.columns import CRITEO_DENSE, CRITEO_KEYS, NUM_DENSE, columns_to_batch
 from cosparse.data.errors import DataError
 from cosparse.data.lines import open_binary
-from cosparse.data.split import Split, num_batches, split_range
+from cosparse.data.split import Split, num_batches, row_batches, split_range
 
 OnBadRecord = Literal["fail", "skip"]
 COLUMNS: list[str] = ["label", *CRITEO_DENSE, *CRITEO_KEYS]
@@ -243,11 +243,7 @@ class ParquetReader:
         return num_batches(self.num_rows, self.batch_size)
 
     def tasks(self, start_batch: int = 0) -> Iterator[ParquetTask]:
-        if start_batch < 0:
-            raise ValueError("start_batch must be >= 0")
-        for i in range(start_batch, self.num_batches):
-            lo = i * self.batch_size
-            n = min(self.batch_size, self.num_rows - lo)
+        for lo, n, i in row_batches(self.num_rows, self.batch_size, start_batch):
             yield ParquetTask(self.path, self.row_start + lo, n, i)
 
     def build(self, task: ParquetTask) -> SparseBatch:

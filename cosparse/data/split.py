@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Literal
 
 Split = Literal["train", "eval"]
@@ -25,3 +26,13 @@ def split_range(total: int, eval_fraction: float, split: Split) -> tuple[int, in
 def num_batches(count: int, batch_size: int) -> int:
     """Batches of ``batch_size`` needed for ``count`` records (the last may be partial)."""
     return -(-count // batch_size)
+
+
+def row_batches(num_rows: int, batch_size: int, start_batch: int = 0
+                ) -> Iterator[tuple[int, int, int]]:
+    """(first row within the split, rows, batch index) of each batch from ``start_batch`` on."""
+    if start_batch < 0:
+        raise ValueError("start_batch must be >= 0")
+    for i in range(start_batch, num_batches(num_rows, batch_size)):
+        lo = i * batch_size
+        yield lo, min(batch_size, num_rows - lo), i

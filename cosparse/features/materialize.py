@@ -28,7 +28,7 @@ import torch
 
 from cosparse.batch import SparseBatch
 from cosparse.data.errors import DataError
-from cosparse.data.split import Split, num_batches, split_range
+from cosparse.data.split import Split, num_batches, row_batches, split_range
 from cosparse.features.extract import FeatureExtractor
 from cosparse.features.reader import check_keys
 from cosparse.features.sources import RawSource, read_parquet_rows
@@ -179,11 +179,8 @@ class MaterializedReader:
         return num_batches(self.num_rows, self.batch_size)
 
     def tasks(self, start_batch: int = 0) -> Iterator[MaterializedTask]:
-        if start_batch < 0:
-            raise ValueError("start_batch must be >= 0")
-        for i in range(start_batch, self.num_batches):
-            lo = i * self.batch_size
-            yield MaterializedTask(self.row_start + lo, min(self.batch_size, self.num_rows - lo), i)
+        for lo, n, i in row_batches(self.num_rows, self.batch_size, start_batch):
+            yield MaterializedTask(self.row_start + lo, n, i)
 
     def build(self, task: MaterializedTask) -> SparseBatch:
         n = task.num_rows

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from cosparse.data import kernels as DK
 from cosparse.data.criteo import CriteoTask, CriteoTSVReader, describe_bad_line
 from cosparse.data.errors import DataError
-from cosparse.data.split import Split, num_batches, split_range
+from cosparse.data.split import Split, num_batches, row_batches, split_range
 from cosparse.features.types import (
     FLOAT,
     INT,
@@ -252,11 +252,8 @@ class ParquetRawSource:
         return num_batches(self.num_rows, self.batch_size)
 
     def tasks(self, start_batch: int = 0) -> Iterator[RowsTask]:
-        if start_batch < 0:
-            raise ValueError("start_batch must be >= 0")
-        for i in range(start_batch, self.num_batches):
-            lo = i * self.batch_size
-            yield RowsTask(self.path, self.row_start + lo, min(self.batch_size, self.num_rows - lo), i)
+        for lo, n, i in row_batches(self.num_rows, self.batch_size, start_batch):
+            yield RowsTask(self.path, self.row_start + lo, n, i)
 
     def build_raw(self, task: RowsTask, columns: Sequence[str] | None = None) -> RawBatch:
         """The RawBatch of one task (``columns``: only these, default all of ``self.columns``)."""

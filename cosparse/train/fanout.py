@@ -5,7 +5,9 @@ The shared stream builds every batch once (in its data workers, where the featur
 computes each feature of the union exactly once). A model's view keeps the batch's IDs as they
 are (a model's tables read only their own features, so nothing is copied) and takes its own dense
 columns, by name and in its order. Counters: ``computed`` (feature computations, summed over the
-batches the stream built) and ``served`` (features handed to models, summed over models).
+batches the stream built) and ``served`` (features handed to models, summed over models). The
+stream reads ahead of the models, so a run that stops mid-epoch built a few batches no model
+trained on: ``computed`` is always ``batches`` times the features of the union.
 """
 
 from __future__ import annotations
@@ -135,8 +137,8 @@ class FanOut:
                 self.batches += 1
                 for name in readers:
                     view = self.views[name]
-                    self._put(rnd, name, view.select(batch))
-                    self.served += view.num_features
+                    if self._put(rnd, name, view.select(batch)):
+                        self.served += view.num_features
             end: object = _END
         except BaseException as e:  # noqa: BLE001 - handed to every consumer
             end = e
@@ -145,15 +147,16 @@ class FanOut:
         for name in list(rnd.open):
             self._put(rnd, name, end)
 
-    def _put(self, rnd: _Round, name: str, item: object) -> None:
+    def _put(self, rnd: _Round, name: str, item: object) -> bool:
+        """Hand ``item`` to a consumer; False when it stopped reading first."""
         q = rnd.queues[name]
         while True:
             with rnd.lock:
                 if name not in rnd.open or self._closed:
-                    return
+                    return False
             try:
                 q.put(item, timeout=0.1)
-                return
+                return True
             except queue.Full:
                 continue
 
