@@ -181,18 +181,19 @@ def _features_diff(args: argparse.Namespace) -> int:
 
 def _features_materialize(args: argparse.Namespace) -> int:
     from cosparse.data.errors import DataError
-    from cosparse.features import FeatureSpecError, load_spec, materialize, open_source
+    from cosparse.features import (
+        FeatureSpecError,
+        load_spec,
+        materialize,
+        open_source,
+        require_fitted,
+    )
 
     try:
         fs = load_spec(args.spec)
         feats = [f for f in args.features.split(",") if f.strip()] if args.features else None
         src = open_source(args.data, args.batch_size, "train", 0.0, args.on_bad_record, args.source)
-        if fs.unfitted(feats):
-            sample = open_source(args.data, args.fit_rows, "train", 0.0, args.on_bad_record, args.source)
-            fs.check_source(sample.columns)
-            fs = fs.fit(sample.build_raw(next(iter(sample.tasks()))))
-            print(f"features: fitted quantile boundaries on the first {args.fit_rows} rows",
-                  file=sys.stderr)
+        require_fitted(fs, args.spec, feats)
         manifest = materialize(src, fs, args.out, feats, progress_every=args.progress_every)
     except (FeatureSpecError, ValueError) as e:
         print(f"cosparse: error: {e}", file=sys.stderr)
@@ -206,8 +207,25 @@ def _features_materialize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _features_fit(args: argparse.Namespace) -> int:
+    from cosparse.data.errors import DataError
+    from cosparse.features import FeatureSpecError, fit_spec_file
+
+    try:
+        fitted = fit_spec_file(args.spec, args.data, args.out, args.rows, args.eval_fraction,
+                               args.on_bad_record, args.source)
+    except (FeatureSpecError, ValueError) as e:
+        print(f"cosparse: error: {e}", file=sys.stderr)
+        return 2
+    except DataError as e:
+        print(f"cosparse: data error: {e}", file=sys.stderr)
+        return 3
+    print(json.dumps({"out": args.out, "fitted": fitted}, sort_keys=True))
+    return 0
+
+
 def _add_features(sub: argparse._SubParsersAction) -> None:
-    fp = sub.add_parser("features", help="feature platform: lineage, diff, materialize")
+    fp = sub.add_parser("features", help="feature platform: lineage, diff, fit, materialize")
     fps = fp.add_subparsers(dest="features_command", required=True)
     li = fps.add_parser("lineage", help="print the feature DAG with versions and consuming models")
     li.add_argument("--spec", required=True, help="YAML feature spec")
@@ -228,10 +246,21 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--source", choices=["criteo", "parquet"], default=None,
                    help="source format (default: by extension)")
     m.add_argument("--on-bad-record", choices=["fail", "skip"], default="fail")
-    m.add_argument("--fit-rows", type=int, default=100000,
-                   help="rows of the sample that fits quantile bucketizes")
     m.add_argument("--progress-every", type=int, default=10, help="a progress line per N batches")
     m.set_defaults(func=_features_materialize)
+    f = fps.add_parser("fit", help="fit the spec's quantile buckets on a sample and write the "
+                                   "fitted spec (its boundaries are part of the versions)")
+    f.add_argument("--spec", required=True, help="YAML feature spec")
+    f.add_argument("--data", required=True, help="Criteo TSV (.txt, .gz) or Parquet (.parquet) file")
+    f.add_argument("--out", required=True, help="the fitted spec to write (YAML)")
+    f.add_argument("--rows", type=int, default=100000,
+                   help="fit on the first ROWS rows of the training split")
+    f.add_argument("--eval-fraction", type=float, default=0.2,
+                   help="the held-out tail the sample must not touch (as data.eval_fraction)")
+    f.add_argument("--source", choices=["criteo", "parquet"], default=None,
+                   help="source format (default: by extension)")
+    f.add_argument("--on-bad-record", choices=["fail", "skip"], default="fail")
+    f.set_defaults(func=_features_fit)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ from features extracted on the fly or read back from a materialization (never a 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,23 @@ def test_materialized_features_train_like_extracted_ones_and_a_stale_one_is_refu
     assert read_back.final["auc"] == live.final["auc"]
     assert read_back.features_computed == 0 < live.features_computed  # nothing recomputed
 
+    # other raw data than the materialization's, or the same file changed since: refused
+    other = raw_config({**features, "materialized": str(out)})
+    other["data"]["path"] = str(ROOT.parent / "shared/data/criteo/test_head10k_unlabeled.txt")
+    with pytest.raises(ConfigError, match="was made from"):
+        Trainer(config_from_mapping(other))
+    copy = tmp_path / "train.txt"
+    shutil.copyfile(CRITEO, copy)
+    materialize(CriteoRawSource(str(copy), 2048, "train", 0.0), fs, tmp_path / "mat2",
+                progress_every=0)
+    edited = raw_config({**features, "materialized": str(tmp_path / "mat2")})
+    edited["data"]["path"] = str(copy)
+    Trainer(config_from_mapping(edited)).close()  # as materialized: accepted
+    with open(copy, "a") as f:
+        f.write(CRITEO.read_text().splitlines()[0] + "\n")
+    with pytest.raises(ConfigError, match="stale: .* changed since"):
+        Trainer(config_from_mapping(edited))
+
     doc["features"][-1]["transforms"][0]["cross"]["seed"] = 8  # the cross changed
     spec.write_text(yaml.safe_dump(doc))
     new_version = load_spec(spec).versions["c1_x_c2"]
@@ -93,6 +111,16 @@ def test_a_consumer_of_an_unknown_model_or_feature_fails_at_start_up(tmp_path):
          "transforms": [{"hash": {"seed": 1}}]}], "models": [{"name": "m", "consumes": ["a"]}]}))
     with pytest.raises(ConfigError, match="features.spec.*cycl"):
         Trainer(config_from_mapping(raw_config({"spec": str(bad), "consumer": "m"})))
+    doc = yaml.safe_load(PLAIN_SPEC.read_text())  # quantile buckets must be fitted first
+    doc["features"].append({"name": "i1_q", "inputs": ["I1"], "kind": "sparse", "table": "cat",
+                            "transforms": [{"bucketize": {"quantiles": 8}}]})
+    doc["models"][0]["consumes"].append("i1_q")
+    unfitted = tmp_path / "unfitted.yaml"
+    unfitted.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="i1_q' buckets by quantiles that are not fitted.*"
+                                          "cosparse features fit"):
+        Trainer(config_from_mapping(raw_config({"spec": str(unfitted),
+                                                "consumer": "criteo_plain"})))
 
 
 def test_cosparse_train_runs_several_models_from_one_extraction(capsys, monkeypatch, tmp_path):

@@ -134,3 +134,29 @@ def test_a_model_pinned_to_a_version_no_longer_produced_fails_at_start_up(tmp_pa
     spec.write_text(yaml.safe_dump(text))
     with pytest.raises(ConfigError, match=f"c1_x_c2.*{version}"):
         MultiTrainer(config_from_mapping(multi_raw(spec)), log=lambda m: None)
+
+
+def test_a_failing_model_stops_the_others_and_the_shared_workers(tmp_path):
+    raw = multi_raw(write_spec(tmp_path / "spec.yaml"), steps=10_000)
+    raw["train"]["epochs"] = 3
+    multi = MultiTrainer(config_from_mapping(raw), log=lambda m: None)
+    failing = multi.trainers["deepfm_v1"]
+    one_step = failing._one_step
+
+    def boom(prepared, *args, **kwargs):
+        if failing.state.step == 2:
+            raise RuntimeError("boom")
+        return one_step(prepared, *args, **kwargs)
+
+    failing._one_step = boom
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            multi.run()
+    finally:
+        multi.close()
+    other = multi.trainers["dlrm_v1"]
+    assert other.state.epoch == 0 and other.state.step < 16  # stopped, not through its epochs
+    assert len(multi.fanout._rounds) == 1  # and no new epoch started a new stream
+    for p in multi.fanout.worker_pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(p, 0)

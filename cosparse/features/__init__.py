@@ -12,6 +12,7 @@ Typical use::
 from cosparse.features.diff import diff, format_diff
 from cosparse.features.event_source import EventLogRawSource
 from cosparse.features.extract import FeatureBatch, FeatureExtractor
+from cosparse.features.fit import fit_spec_file, require_fitted
 from cosparse.features.lineage import format_lineage, lineage
 from cosparse.features.materialize import MaterializedReader, materialize, read_manifest
 from cosparse.features.reader import FeatureReader
@@ -39,6 +40,7 @@ __all__ = [
     "RawSource",
     "TransformSpec",
     "diff",
+    "fit_spec_file",
     "format_diff",
     "format_lineage",
     "lineage",
@@ -47,4 +49,5 @@ __all__ = [
     "open_source",
     "parse_spec",
     "read_manifest",
+    "require_fitted",
 ]

@@ -137,6 +137,23 @@ class MaterializedTask:
     index: int
 
 
+def check_source_unchanged(manifest: dict[str, Any], where: Path, source_path: str | Path) -> None:
+    """Raise unless the materialization was made from ``source_path`` as it is now."""
+    src = manifest.get("source") or {}
+    p = Path(source_path)
+    if not p.exists():
+        raise FeatureSpecError(f"data.path: {p} does not exist (the materialization in {where} "
+                               f"was made from {src.get('path')})")
+    if str(p.resolve()) != src.get("path"):
+        raise FeatureSpecError(f"materialization in {where} was made from {src.get('path')}, "
+                               f"not from data.path {p.resolve()}")
+    st = os.stat(p)
+    if (st.st_size, st.st_mtime_ns) != (src.get("size"), src.get("mtime_ns")):
+        raise FeatureSpecError(f"materialization in {where} is stale: {p} changed since it was "
+                               f"made (size {src.get('size')} -> {st.st_size}, modified since); "
+                               "materialize it again")
+
+
 class MaterializedReader:
     """Reader over a materialization directory: its batches are read back, never recomputed
     (``features_computed == 0``). A feature that is missing, or whose materialized version differs
@@ -144,11 +161,15 @@ class MaterializedReader:
 
     def __init__(self, dir: str | Path, feature_set: FeatureSet, sparse: Sequence[str],
                  dense: Sequence[str] = (), batch_size: int = 4096, split: Split = "train",
-                 eval_fraction: float = 0.2) -> None:
+                 eval_fraction: float = 0.2, source_path: str | Path | None = None) -> None:
+        """``source_path``: the raw data the run names; a materialization of other data, or of
+        this file before it changed (size or modification time), is refused."""
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
         self.dir = Path(dir)
         m = read_manifest(self.dir)
+        if source_path is not None:
+            check_source_unchanged(m, self.dir, source_path)
         fitted = {n: {int(j): b for j, b in d.items()} for n, d in m.get("fitted", {}).items()}
         if fitted and feature_set.unfitted():
             feature_set = feature_set.with_fitted(fitted)  # the boundaries fitted at materialization

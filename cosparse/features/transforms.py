@@ -414,11 +414,11 @@ TRANSFORMS: dict[str, TransformDef] = {
                           _vocab_check, _vocab_apply, normalize=_vocab_norm, prepare=_vocab_prepare),
     "truncate": TransformDef(
         "truncate", {"max_len": Param((int,), required=True), "pad": Param((bool,), default=False),
-                     "pad_value": Param(_NUM, default=0), "keep": Param((str,))},
+                     "pad_value": Param(_NUM, default=0), "keep": Param((str,), default="last")},
         _truncate_check, _truncate_apply, normalize=_truncate_norm),
     "history": TransformDef(
         "history", {"window_s": Param(_NUM, required=True), "max_len": Param((int,)),
-                    "keep": Param((str,))},
+                    "keep": Param((str,), default="last")},
         _history_check, _history_apply, multi_input=True, normalize=_history_norm),
 }
 

@@ -25,6 +25,11 @@ from cosparse.data.reader import Reader
 _END = object()
 
 
+class FanOutClosed(RuntimeError):
+    """The shared stream was stopped (another model failed, or the run was interrupted): the
+    models still reading stop with this error, never as if their epoch had ended."""
+
+
 @dataclass(frozen=True)
 class ConsumerView:
     """What one model takes of a union batch: its sparse features and its dense columns."""
@@ -106,6 +111,8 @@ class FanOut:
 
     def stream(self, name: str, start_batch: int) -> ConsumerStream:
         with self._lock:
+            if self._closed:
+                raise FanOutClosed(f"model '{name}': the shared data stream was stopped")
             r = self._opened[name]
             self._opened[name] += 1
             if r == len(self._rounds):
@@ -131,14 +138,16 @@ class FanOut:
             for batch in rnd.stream:
                 with rnd.lock:
                     readers = sorted(rnd.open)
-                if not readers:
+                if not readers or self._closed:
                     break
-                self.computed += batch.features_computed
-                self.batches += 1
+                with self._lock:  # rounds of two epochs may feed at once
+                    self.computed += batch.features_computed
+                    self.batches += 1
                 for name in readers:
                     view = self.views[name]
                     if self._put(rnd, name, view.select(batch)):
-                        self.served += view.num_features
+                        with self._lock:
+                            self.served += view.num_features
             end: object = _END
         except BaseException as e:  # noqa: BLE001 - handed to every consumer
             end = e
@@ -171,9 +180,11 @@ class FanOut:
                 break
 
     def close(self) -> None:
-        """Stop every round's stream and feeder (safe to call twice)."""
-        self._closed = True
-        for rnd in self._rounds:
+        """Stop every round's stream and feeder (safe to call twice): the models still reading
+        get ``FanOutClosed``. A stream's own ``close`` may be called from another thread."""
+        with self._lock:
+            self._closed = True
+        for rnd in list(self._rounds):
             with rnd.lock:
                 rnd.open.clear()
             if rnd.stream is not None:
@@ -209,7 +220,8 @@ class ConsumerStream:
             except queue.Empty:
                 if self._fanout._closed:
                     self.close()
-                    raise StopIteration from None
+                    raise FanOutClosed(f"model '{self._name}': the shared data stream was "
+                                       "stopped") from None
         if item is _END:
             self.close()
             raise StopIteration

@@ -34,22 +34,14 @@ class ModelInputs:
 
 def load_registry(cfg: Config) -> FeatureSet:
     """The feature registry of ``features.spec``, checked against the raw columns of ``data``
-    and with its quantile buckets fitted on the first training batch; spec errors become
-    config errors. Pinned versions are checked for the consumers this run trains."""
+    (unless the features come from a materialization); spec errors become config errors.
+    Pinned versions are checked for the consumers this run trains, when they are resolved."""
     from cosparse.features import FeatureSpecError, load_spec
 
     try:
         registry = load_spec(cfg.features.spec, check_pins=False)  # type: ignore[arg-type]
-        if cfg.features.materialized:
-            return registry  # the materialization holds the fitted boundaries
-        source = raw_source(cfg.data, "train")
-        registry.check_source(source.columns)
-        if registry.unfitted():
-            first = next(iter(source.tasks()), None)
-            if first is None:
-                raise ConfigError("features.spec: quantile buckets need data to fit on, and "
-                                  "the training split is empty")
-            registry = registry.fit(source.build_raw(first))
+        if not cfg.features.materialized:
+            registry.check_source(raw_source(cfg.data, "train").columns)
         return registry
     except FeatureSpecError as e:
         raise ConfigError(f"features.spec: {cfg.features.spec}: {e}") from None
@@ -81,12 +73,16 @@ def consumer_features(cfg: Config, registry: FeatureSet) -> tuple[Config, list[s
     if name is None:
         raise ConfigError("features.consumer: a run with features.spec names the registry "
                           "consumer it trains")
-    from cosparse.features import FeatureSpecError
+    from cosparse.features import FeatureSpecError, require_fitted
 
     try:
         sparse, dense = registry.consumer_keys(name)
     except FeatureSpecError as e:
         raise ConfigError(f"features.consumer: {e}") from None
+    try:
+        require_fitted(registry, cfg.features.spec, sparse + dense)  # type: ignore[arg-type]
+    except FeatureSpecError as e:
+        raise ConfigError(f"features.spec: {e}") from None
     specs = registry.features
     tables = []
     for i, t in enumerate(cfg.tables):
@@ -117,7 +113,7 @@ def featurized_reader(cfg: Config, registry: FeatureSet, sparse: list[str], dens
     try:
         if cfg.features.materialized:
             return MaterializedReader(cfg.features.materialized, registry, sparse, dense,
-                                      d.batch_size, split, d.eval_fraction)
+                                      d.batch_size, split, d.eval_fraction, source_path=d.path)
         return FeatureReader(raw_source(d, split), registry, sparse, dense)
     except FeatureSpecError as e:
         raise ConfigError(f"features: {e}") from None

@@ -18,7 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from cosparse.config import Config, ConfigError, model_config
-from cosparse.train.fanout import ConsumerView, FanOut, ViewReader
+from cosparse.train.fanout import ConsumerView, FanOut, FanOutClosed, ViewReader
 from cosparse.train.inputs import ModelInputs, consumer_features, featurized_reader, load_registry
 from cosparse.train.trainer import Trainer
 
@@ -92,14 +92,20 @@ class MultiTrainer:
                 errors.append(e)
                 self.fanout.close()  # the others stop too
 
-        threads = [threading.Thread(target=train, args=(n, t), name=f"cosparse-model-{n}")
-                   for n, t in self.trainers.items()]
-        for th in threads:
+        self._threads = [threading.Thread(target=train, args=(n, t), name=f"cosparse-model-{n}",
+                                          daemon=True) for n, t in self.trainers.items()]
+        for th in self._threads:
             th.start()
-        for th in threads:
-            th.join()
+        try:
+            for th in self._threads:
+                while th.is_alive():  # a timed join lets Ctrl-C reach this thread
+                    th.join(timeout=0.5)
+        except BaseException:
+            self._stop_models()
+            raise
         if errors:
-            raise errors[0]
+            first = next((e for e in errors if not isinstance(e, FanOutClosed)), errors[0])
+            raise first
         f = self.fanout
         served_per_batch = sum(v.num_features for v in self.views)
         return {"models": results,
@@ -107,9 +113,17 @@ class MultiTrainer:
                              "extracted": len(self.sparse) + len(self.dense),
                              "served_per_batch": served_per_batch}}
 
-    def close(self) -> None:
-        """Stop the shared stream and every model's trainer (safe to call twice)."""
+    def _stop_models(self) -> None:
+        """Stop the shared stream, so every model still training stops with FanOutClosed, and
+        wait for the model threads."""
         if hasattr(self, "fanout"):
             self.fanout.close()
+        for th in getattr(self, "_threads", []):
+            th.join(timeout=60)
+
+    def close(self) -> None:
+        """Stop the shared stream and the models, then close every model's trainer (its PS
+        shards and files); safe to call twice."""
+        self._stop_models()
         for t in getattr(self, "trainers", {}).values():
             t.close()
