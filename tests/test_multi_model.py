@@ -82,6 +82,8 @@ def test_each_common_feature_is_computed_once_per_batch_and_models_train_as_alon
     assert f["computed"] == 16 * union  # every feature of the union once per batch
     assert f["served"] == 16 * served  # and handed to both models: the overlap is not recomputed
     assert f["computed"] < f["served"]
+    # the shared link carried each batch once, however many models trained on it
+    assert out["bytes.worker_trainer"] == multi.trainers["dlrm_v1"].wire_bytes > 0
     assert pids and os.getpid() not in pids  # extraction ran in the data-worker process
     for p in pids:  # and that process is gone
         with pytest.raises(ProcessLookupError):

@@ -7,7 +7,9 @@ are (a model's tables read only their own features, so nothing is copied) and ta
 columns, by name and in its order. Counters: ``computed`` (feature computations, summed over the
 batches the stream built) and ``served`` (features handed to models, summed over models). The
 stream reads ahead of the models, so a run that stops mid-epoch built a few batches no model
-trained on: ``computed`` is always ``batches`` times the features of the union.
+trained on: ``computed`` is always ``batches`` times the features of the union. ``wire_bytes``
+counts each batch message once (every model's own ``bytes.worker_trainer`` counts the messages
+of the batches it trained on, which the models share).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class FanOut:
         self.computed = 0
         self.served = 0
         self.batches = 0
+        self.wire_bytes = 0  # worker->trainer bytes of the shared stream, each message once
         self.worker_pids: set[int] = set()  # every data-worker process the stream started
         self._rounds: list[_Round] = []
         self._opened = dict.fromkeys(self.views, 0)
@@ -143,6 +146,7 @@ class FanOut:
                 with self._lock:  # rounds of two epochs may feed at once
                     self.computed += batch.features_computed
                     self.batches += 1
+                    self.wire_bytes += batch.wire_bytes
                 for name in readers:
                     view = self.views[name]
                     if self._put(rnd, name, view.select(batch)):

@@ -111,7 +111,8 @@ class MultiTrainer:
         return {"models": results,
                 "features": {"computed": f.computed, "served": f.served, "batches": f.batches,
                              "extracted": len(self.sparse) + len(self.dense),
-                             "served_per_batch": served_per_batch}}
+                             "served_per_batch": served_per_batch},
+                "bytes.worker_trainer": f.wire_bytes}
 
     def _stop_models(self) -> None:
         """Stop the shared stream, so every model still training stops with FanOutClosed, and
