@@ -1,11 +1,12 @@
-"""Command line: ``cosparse train``, ``cosparse compare``, ``cosparse plan`` and ``cosparse ps
-serve|keygen`` (more subcommands arrive with their issues)."""
+"""Command line: ``cosparse train``, ``cosparse compare``, ``cosparse plan``, ``cosparse ps
+serve|keygen`` and ``cosparse features lineage|diff|fit|materialize``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 from cosparse.config import ConfigError, load_config
 
@@ -57,46 +58,50 @@ def _capacities(text: str) -> list[float]:
     return values
 
 
-def _plan(args: argparse.Namespace) -> int:
+def _reporting(body: Callable[[], int]) -> int:
+    """Run a command: a usage problem (config, feature spec, argument) exits 2 and a data
+    problem exits 3, each reported on one line."""
     from cosparse.data.errors import DataError
-    from cosparse.tune.run import run_plan
 
-    overrides = {"data.path": args.data} if args.data else {}
     try:
-        cfg = load_config(args.config, overrides)
-        run_plan(cfg, args.steps, args.out, args.capacities, args.lookahead, args.decay,
-                 progress=not args.no_progress, config_path=str(args.config))
-    except (ConfigError, ValueError) as e:
-        print(f"cosparse: error: {e}", file=sys.stderr)
-        return 2
+        return body()
     except DataError as e:
         print(f"cosparse: data error: {e}", file=sys.stderr)
         return 3
-    return 0
+    except ValueError as e:  # ConfigError and FeatureSpecError are ValueErrors
+        print(f"cosparse: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from cosparse.tune.run import run_plan
+
+    def body() -> int:
+        cfg = load_config(args.config, {"data.path": args.data} if args.data else {})
+        run_plan(cfg, args.steps, args.out, args.capacities, args.lookahead, args.decay,
+                 progress=not args.no_progress, config_path=str(args.config))
+        return 0
+
+    return _reporting(body)
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from cosparse.data.errors import DataError
     from cosparse.report.compare import compare
 
-    try:
+    def body() -> int:
         result = compare(args.config, args.a, args.b, args.steps, args.out, warmup=args.warmup,
                          link_mbps=args.link_mbps, link_latency_ms=args.link_latency_ms,
                          data=args.data, config_b=args.config_b)
-    except ConfigError as e:
-        print(f"cosparse: error: {e}", file=sys.stderr)
-        return 2
-    except DataError as e:
-        print(f"cosparse: data error: {e}", file=sys.stderr)
-        return 3
-    a, b = result["runs"]["a"], result["runs"]["b"]
-    print(json.dumps({
-        "loss_identical": result["loss_identical"],
-        "samples_per_s": {"a": a["samples_per_s"], "b": b["samples_per_s"]},
-        "bytes_per_step": {"a": a["bytes_per_step"], "b": b["bytes_per_step"]},
-        "out": args.out,
-    }, sort_keys=True))
-    return 0
+        a, b = result["runs"]["a"], result["runs"]["b"]
+        print(json.dumps({
+            "loss_identical": result["loss_identical"],
+            "samples_per_s": {"a": a["samples_per_s"], "b": b["samples_per_s"]},
+            "bytes_per_step": {"a": a["bytes_per_step"], "b": b["bytes_per_step"]},
+            "out": args.out,
+        }, sort_keys=True))
+        return 0
+
+    return _reporting(body)
 
 
 def _ps_serve(args: argparse.Namespace) -> int:
@@ -156,72 +161,55 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
 
 
 def _features_lineage(args: argparse.Namespace) -> int:
-    from cosparse.features import FeatureSpecError, format_lineage, lineage, load_spec
+    from cosparse.features import format_lineage, lineage, load_spec
 
-    try:
+    def body() -> int:
         fs = load_spec(args.spec, check_pins=False)
-    except FeatureSpecError as e:
-        print(f"cosparse: error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(lineage(fs), indent=1) if args.json else format_lineage(fs))
-    return 0
+        print(json.dumps(lineage(fs), indent=1) if args.json else format_lineage(fs))
+        return 0
+
+    return _reporting(body)
 
 
 def _features_diff(args: argparse.Namespace) -> int:
-    from cosparse.features import FeatureSpecError, diff, format_diff, load_spec
+    from cosparse.features import diff, format_diff, load_spec
 
-    try:
+    def body() -> int:
         a, b = load_spec(args.a, check_pins=False), load_spec(args.b, check_pins=False)
-    except FeatureSpecError as e:
-        print(f"cosparse: error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(diff(a, b), indent=1) if args.json else format_diff(a, b))
-    return 0
+        print(json.dumps(diff(a, b), indent=1) if args.json else format_diff(a, b))
+        return 0
+
+    return _reporting(body)
 
 
 def _features_materialize(args: argparse.Namespace) -> int:
-    from cosparse.data.errors import DataError
-    from cosparse.features import (
-        FeatureSpecError,
-        load_spec,
-        materialize,
-        open_source,
-        require_fitted,
-    )
+    from cosparse.features import load_spec, materialize, open_source, require_fitted
 
-    try:
+    def body() -> int:
         fs = load_spec(args.spec)
         feats = [f for f in args.features.split(",") if f.strip()] if args.features else None
         src = open_source(args.data, args.batch_size, "train", 0.0, args.on_bad_record, args.source)
         require_fitted(fs, args.spec, feats)
         manifest = materialize(src, fs, args.out, feats, progress_every=args.progress_every)
-    except (FeatureSpecError, ValueError) as e:
-        print(f"cosparse: error: {e}", file=sys.stderr)
-        return 2
-    except DataError as e:
-        print(f"cosparse: data error: {e}", file=sys.stderr)
-        return 3
-    print(json.dumps({"out": args.out, "rows": manifest["rows"], "bad_records": manifest["bad_records"],
-                      "features": {n: f["version"] for n, f in manifest["features"].items()}},
-                     sort_keys=True))
-    return 0
+        print(json.dumps({"out": args.out, "rows": manifest["rows"],
+                          "bad_records": manifest["bad_records"],
+                          "features": {n: f["version"] for n, f in manifest["features"].items()}},
+                         sort_keys=True))
+        return 0
+
+    return _reporting(body)
 
 
 def _features_fit(args: argparse.Namespace) -> int:
-    from cosparse.data.errors import DataError
-    from cosparse.features import FeatureSpecError, fit_spec_file
+    from cosparse.features import fit_spec_file
 
-    try:
+    def body() -> int:
         fitted = fit_spec_file(args.spec, args.data, args.out, args.rows, args.eval_fraction,
                                args.on_bad_record, args.source)
-    except (FeatureSpecError, ValueError) as e:
-        print(f"cosparse: error: {e}", file=sys.stderr)
-        return 2
-    except DataError as e:
-        print(f"cosparse: data error: {e}", file=sys.stderr)
-        return 3
-    print(json.dumps({"out": args.out, "fitted": fitted}, sort_keys=True))
-    return 0
+        print(json.dumps({"out": args.out, "fitted": fitted}, sort_keys=True))
+        return 0
+
+    return _reporting(body)
 
 
 def _add_features(sub: argparse._SubParsersAction) -> None:
