@@ -165,3 +165,33 @@ def test_slab_growth_on_the_planner_thread_loses_no_update():
     expect = torch.from_numpy(table.initial_rows(hot)[:, :4]) - 300
     assert table.capacity > 16 * 64  # it really grew many times meanwhile
     torch.testing.assert_close(final, expect, rtol=0, atol=1e-4)
+
+
+def test_a_checkpoint_export_while_the_planner_thread_creates_rows_is_consistent():
+    """Every ID an export returns has its row, initialised: the planner thread inserting IDs,
+    growing the slab and initialising rows for batches ahead is one step to an export."""
+    import threading
+
+    tc = TableConfig(name="t", dim=4, features=["a"], num_embeddings=16)
+    table = EmbeddingCollection([tc]).tables["t"]
+    stop = threading.Event()
+
+    def create() -> None:  # 300k rows in batches of 1,000, as a planner thread would
+        for start in range(0, 300_000, 1000):
+            if stop.is_set():
+                return
+            table.slots_for(np.arange(start, start + 1000, dtype=np.int64))
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    exports = 0
+    try:
+        while creator.is_alive():  # export again and again while the rows are being created
+            out = table.export()
+            exports += 1
+            assert out["rows"].shape[0] == out["ids"].shape[0]
+            assert np.array_equal(out["rows"], table.initial_rows(out["ids"]))  # never trained
+    finally:
+        stop.set()
+        creator.join()
+    assert exports > 0 and table.num_rows == 300_000

@@ -171,16 +171,18 @@ class ResidentTable(SlabRows):
         return ids
 
     def slots_for(self, unique: np.ndarray) -> np.ndarray:
-        """Slots of unique IDs; new IDs get rows initialised from (table seed, ID)."""
+        """Slots of unique IDs; new IDs get rows initialised from (table seed, ID). The insert,
+        the slab growth and the new rows' initialisation are one step under the ID-map lock, so
+        an export (a checkpoint) never sees an ID whose row is not there yet."""
         with self._ids_lock:
             slots, first_new = self.ids.lookup_or_insert(unique)
-        n = self.ids.size
-        if n > first_new:
-            if n > self.capacity:
-                self._grow(n, first_new)
-            new_slots = np.arange(first_new, n, dtype=np.int64)
-            new_ids = unique[slots >= first_new]
-            self._init_rows(new_slots, new_ids)
+            n = self.ids.size
+            if n > first_new:
+                if n > self.capacity:
+                    self._grow(n, first_new)
+                new_slots = np.arange(first_new, n, dtype=np.int64)
+                new_ids = unique[slots >= first_new]
+                self._init_rows(new_slots, new_ids)
         return slots
 
     def initial_rows(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -231,9 +233,12 @@ class ResidentTable(SlabRows):
 
     # --- checkpoint -----------------------------------------------------------------------
     def export(self) -> dict[str, np.ndarray]:
-        """IDs (ordered by slot) and their rows+state."""
-        ids, slots = self.ids.items()
-        rows = self.slab[: self.num_rows].cpu().numpy().copy()
+        """IDs (ordered by slot) and their rows+state (the planner thread may be creating rows
+        for batches ahead meanwhile: the ID-map lock makes the two consistent)."""
+        with self._ids_lock:
+            ids, slots = self.ids.items()
+            with self._slab_lock:
+                rows = self.slab[: ids.shape[0]].cpu().numpy().copy()
         return {"ids": ids, "rows": rows[slots]}
 
     def load(self, state: dict[str, np.ndarray]) -> None:
