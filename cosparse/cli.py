@@ -226,29 +226,30 @@ def _add_features(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=_features_diff)
     m = fps.add_parser("materialize", help="extract features once and write them to Parquet, "
                                             "keyed by feature version")
-    m.add_argument("--spec", required=True, help="YAML feature spec")
-    m.add_argument("--data", required=True, help="Criteo TSV (.txt, .gz) or Parquet (.parquet) file")
+    _add_spec_and_data(m)
     m.add_argument("--out", required=True, help="output directory (manifest.json + one file per feature)")
     m.add_argument("--features", default=None, help="comma-separated features (default: all)")
     m.add_argument("--batch-size", type=int, default=65536, help="rows per batch / row group")
-    m.add_argument("--source", choices=["criteo", "parquet"], default=None,
-                   help="source format (default: by extension)")
-    m.add_argument("--on-bad-record", choices=["fail", "skip"], default="fail")
     m.add_argument("--progress-every", type=int, default=10, help="a progress line per N batches")
     m.set_defaults(func=_features_materialize)
     f = fps.add_parser("fit", help="fit the spec's quantile buckets on a sample and write the "
                                    "fitted spec (its boundaries are part of the versions)")
-    f.add_argument("--spec", required=True, help="YAML feature spec")
-    f.add_argument("--data", required=True, help="Criteo TSV (.txt, .gz) or Parquet (.parquet) file")
+    _add_spec_and_data(f)
     f.add_argument("--out", required=True, help="the fitted spec to write (YAML)")
     f.add_argument("--rows", type=int, default=100000,
                    help="fit on the first ROWS rows of the training split")
     f.add_argument("--eval-fraction", type=float, default=0.2,
                    help="the held-out tail the sample must not touch (as data.eval_fraction)")
-    f.add_argument("--source", choices=["criteo", "parquet"], default=None,
-                   help="source format (default: by extension)")
-    f.add_argument("--on-bad-record", choices=["fail", "skip"], default="fail")
     f.set_defaults(func=_features_fit)
+
+
+def _add_spec_and_data(p: argparse.ArgumentParser) -> None:
+    """The spec and the raw data a features command reads."""
+    p.add_argument("--spec", required=True, help="YAML feature spec")
+    p.add_argument("--data", required=True, help="Criteo TSV (.txt, .gz) or Parquet (.parquet) file")
+    p.add_argument("--source", choices=["criteo", "parquet"], default=None,
+                   help="source format (default: by extension)")
+    p.add_argument("--on-bad-record", choices=["fail", "skip"], default="fail")
 
 
 def build_parser() -> argparse.ArgumentParser:

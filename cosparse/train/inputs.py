@@ -28,8 +28,6 @@ class ModelInputs:
     cfg: Config
     train: Reader
     eval: Reader
-    sparse: list[str] | None = None  # the consumer's sparse and sequence features
-    dense: list[str] | None = None  # its dense features, in column order
 
 
 def load_registry(cfg: Config) -> FeatureSet:
@@ -129,4 +127,4 @@ def model_inputs(cfg: Config) -> ModelInputs:
     registry = load_registry(cfg)
     cfg, sparse, dense = consumer_features(cfg, registry)
     return ModelInputs(cfg, featurized_reader(cfg, registry, sparse, dense, "train"),
-                       featurized_reader(cfg, registry, sparse, dense, "eval"), sparse, dense)
+                       featurized_reader(cfg, registry, sparse, dense, "eval"))

@@ -46,14 +46,14 @@ class MultiTrainer:
                       for e, (_, sparse, dense) in zip(cfg.models, plans, strict=True)]
         self.sparse = _union([list(v.sparse) for v in self.views])
         self.dense = _union([list(v.dense) for v in self.views])
+        self.extracted = len(registry.closure(self.sparse + self.dense))  # computed per batch
         union = featurized_reader(cfg, registry, self.sparse, self.dense, "train")
         self.fanout = FanOut(union, self.views, cfg.data.workers, cfg.data.queue_depth)
         self.trainers: dict[str, Trainer] = {}
         try:
             for i, (view, (mcfg, sparse, dense)) in enumerate(zip(self.views, plans, strict=True)):
                 inputs = ModelInputs(mcfg, ViewReader(union, view),
-                                     featurized_reader(mcfg, registry, sparse, dense, "eval"),
-                                     sparse, dense)
+                                     featurized_reader(mcfg, registry, sparse, dense, "eval"))
                 trainer = Trainer(mcfg, log=self._model_log(view.name), inputs=inputs,
                                   stream_factory=self._stream_of(view.name))
                 trainer.bar_desc, trainer.bar_position = view.name, i
@@ -61,7 +61,7 @@ class MultiTrainer:
         except BaseException:
             self.close()
             raise
-        self.log(f"features: {len(self.sparse) + len(self.dense)} features extracted once per "
+        self.log(f"features: {self.extracted} features extracted once per "
                  f"batch for {len(self.views)} models ({', '.join(self.trainers)})")
 
     def _model_log(self, name: str) -> Callable[[str], None]:
@@ -110,7 +110,7 @@ class MultiTrainer:
         served_per_batch = sum(v.num_features for v in self.views)
         return {"models": results,
                 "features": {"computed": f.computed, "served": f.served, "batches": f.batches,
-                             "extracted": len(self.sparse) + len(self.dense),
+                             "extracted": self.extracted,
                              "served_per_batch": served_per_batch},
                 "bytes.worker_trainer": f.wire_bytes}
 
