@@ -21,6 +21,10 @@ lookahead)``, forward, BCE, backward, dense Adagrad step, ``ec.apply_gradients()
 batches past the round, so it does no work while the other contender is timed and every timed
 round does steady-state work. Both contenders see the same batches in the same order from the same
 seeds, so by the exactness invariant their losses must be identical (``losses_identical``).
+``--check-versions`` also checks every row ps_direct trains against the PS's version (a debug
+PEEK per table and step: a stale row stops the run, naming it). Every process takes the hash
+of the engine sources at its start, once ready and at the end: ``engine_sources_changed``
+says that cosparse/ was edited during the run, so its processes may have run different code.
 
 Figures come from the client's own counters (``PSClient.counters``: every byte on the sockets,
 headers included). The worker wraps the client's request call (in its own process only) to split
@@ -93,6 +97,7 @@ class PSBenchConfig:
     lookahead: int = 1
     shards: int = 2
     threads: int = 0
+    check_versions: bool = False  # debug: every row checked against the PS's version (a PEEK)
     timeout_s: float = 120.0  # PS request timeout
     heartbeat_s: float = 1.0
 
@@ -126,14 +131,16 @@ def table_configs(cfg: PSBenchConfig) -> list[Any]:
 
 
 def engine_fingerprint() -> str:
-    """Hash of the engine sources this process runs (others edit cosparse/ concurrently: a change
-    between the workers' start-ups would make the contenders run different code)."""
+    """Hash of every engine source file (others edit cosparse/ concurrently). Each worker takes it
+    when it starts, once its contender is ready (its modules imported, its shard processes up)
+    and at the end: a file changed in between would make the processes of one run (the shards
+    included) run different code, and their losses differ for that reason alone."""
     import hashlib
 
     root = HERE.parent / "cosparse"
     h = hashlib.sha1()
-    for f in sorted([*root.glob("store/*.py"), *root.glob("nn/*.py"), *root.glob("ps/*.py"),
-                     *root.glob("supply/*.py"), *root.glob("optim/*.py")]):
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:12]
 
@@ -181,8 +188,9 @@ def shard_processes(data_root: Path) -> list[int]:
 class ClientProbe:
     """Splits a PSClient's wait time and requests by operation and by thread.
 
-    Wraps the instance's ``_call_locked`` (runs under the client's lock, so one call at a time and
-    the ``wait_s`` delta belongs to that call alone). Bytes come from the client's own counters.
+    Wraps the instance's ``_call`` and holds the client's (reentrant) lock around it, so one call
+    at a time and the ``wait_s`` delta belongs to that call alone. Bytes come from the client's
+    own counters.
     """
 
     def __init__(self, client: Any) -> None:
@@ -193,22 +201,24 @@ class ClientProbe:
         self.requests: dict[str, int] = defaultdict(int)
         self.calls: dict[str, int] = defaultdict(int)
         self.client = client
-        orig = client._call_locked
+        orig = client._call
 
-        def probed(reqs: dict[int, Any], timeout_s: float | None = None) -> dict[int, Any]:
-            ops = {m.op for m in reqs.values()}
+        def probed(reqs: Any, timeout_s: float | None = None) -> Any:
+            msgs = [m for _, m in reqs] if isinstance(reqs, list) else list(reqs.values())
+            ops = {m.op for m in msgs}
             op = self.names.get(ops.pop(), "?") if len(ops) == 1 else "MIXED"
             where = "trainer" if threading.current_thread() is threading.main_thread() else "prefetch"
-            w0 = client.counters.wait_s
-            try:
-                return orig(reqs, timeout_s)
-            finally:
-                key = f"{op}@{where}"
-                self.wait_s[key] += client.counters.wait_s - w0
-                self.requests[key] += len(reqs)
-                self.calls[key] += 1
+            with client._lock:
+                w0 = client.counters.wait_s
+                try:
+                    return orig(reqs, timeout_s)
+                finally:
+                    key = f"{op}@{where}"
+                    self.wait_s[key] += client.counters.wait_s - w0
+                    self.requests[key] += len(msgs)
+                    self.calls[key] += 1
 
-        client._call_locked = probed
+        client._call = probed
 
     def snapshot(self) -> dict[str, Any]:
         c = self.client.counters
@@ -256,6 +266,8 @@ class PSContender:
             self.probe = ClientProbe(self.client)
             self.ec = EmbeddingCollection(tables, device="cpu", ps_client=self.client,
                                           lookahead=cfg.lookahead)
+            for t in self.ec.tables.values():
+                t.check_versions = cfg.check_versions
         elif name == "resident":
             self.ec = EmbeddingCollection(tables, device="cpu")
         else:
@@ -407,7 +419,7 @@ def serve(name: str, cfg: PSBenchConfig, data: Path, ps_dir: Path) -> None:
             del raw
             send({"ready": True, "checksum": checksum, "setup_s": round(time.perf_counter() - t0, 2),
                   "rss_after_data_mb": round(rss_data), "pid": os.getpid(),
-                  "shard_pids": c.shard_pids, "engine": fingerprint})
+                  "shard_pids": c.shard_pids, "engine": [fingerprint, engine_fingerprint()]})
         except BaseException as e:  # noqa: BLE001 - reported to the parent
             import traceback
 
@@ -428,7 +440,7 @@ def serve(name: str, cfg: PSBenchConfig, data: Path, ps_dir: Path) -> None:
                     res = c.train(cmd["start"], cmd["n"])
                 elif op == "stats":
                     res = {"peak_rss_mb": round(peak_rss_mb()), "rss_mb": round(rss_mb()),
-                           "info": c.stats()}
+                           "info": c.stats(), "engine": engine_fingerprint()}
                 else:
                     raise ValueError(f"unknown command {op!r}")
                 res["wall_s"] = time.perf_counter() - w0
@@ -497,8 +509,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
                   + (f", shard pids {w.ready['shard_pids']}" if w.ready["shard_pids"] else "") + ")",
                   flush=True)
 
-        machine["engine_sources_sha1"] = {n: w.ready["engine"] for n, w in workers.items()}
-        if len(set(machine["engine_sources_sha1"].values())) > 1:
+        machine["engine_sources_sha1"] = {n: list(w.ready["engine"]) for n, w in workers.items()}
+        if _sources_changed(machine):
             print(f"WARNING: the workers run different engine sources "
                   f"{machine['engine_sources_sha1']} (cosparse/ edited during start-up)", flush=True)
         res: dict[str, dict[str, Any]] = {n: defaultdict(list) for n in CONTENDERS}
@@ -536,6 +548,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
             print(f"round {r + 1}/{cfg.rounds} samples/s: {line}  (shards used "
                   f"{res['ps_direct']['shard_cores'][-1]:.2f} cores)", flush=True)
         stats = {n: w.call(cmd="stats") for n, w in workers.items()}
+        for n in CONTENDERS:  # start, ready (shards up), end
+            machine["engine_sources_sha1"][n].append(stats[n]["engine"])
     finally:
         for w in workers.values():
             w.close()
@@ -543,6 +557,11 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return assemble(cfg, res, losses, stats, machine, ids_per_batch, left, t_start)
+
+
+def _sources_changed(machine: dict[str, Any]) -> bool:
+    """Whether any process of the run saw other engine sources than the others, at any point."""
+    return len({h for hs in machine["engine_sources_sha1"].values() for h in hs}) > 1
 
 
 def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int, float]],
@@ -613,6 +632,7 @@ def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int
     common = sorted(set(losses["ps_direct"]) & set(losses["resident"]))
     diffs = [abs(losses["ps_direct"][i] - losses["resident"][i]) for i in common]
     out["losses_identical"] = bool(common) and max(diffs) == 0.0
+    out["engine_sources_changed"] = _sources_changed(machine)
     out["loss_max_abs_diff"] = max(diffs) if diffs else None
     left_now = [p for p in left if Path(f"/proc/{p}").exists()]
     out["shard_processes_left"] = len(left_now)
@@ -674,6 +694,9 @@ def print_report(out: dict[str, Any]) -> None:
     print(f"rows/step: {out['rows_per_step']}")
     print(f"losses identical (A == all-resident): {out['losses_identical']}; "
           f"shard processes left: {out['shard_processes_left']}")
+    if out["engine_sources_changed"]:
+        print("WARNING: cosparse/ was edited during the run: its processes ran different engine "
+              f"sources {out['machine']['engine_sources_sha1']}; rerun to compare them", flush=True)
     print(f"wall {out['wall_s']} s; loadavg start {out['machine']['loadavg']} end "
           f"{out['machine']['loadavg_end']}", flush=True)
 
@@ -688,6 +711,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, help="alternating timed rounds")
     ap.add_argument("--warmup", type=int, help="untimed trained batches before round 0")
     ap.add_argument("--threads", type=int, default=0, help="torch / numba threads (0: default)")
+    ap.add_argument("--check-versions", action="store_true",
+                    help="debug: check every row ps_direct trains against the PS's version (one "
+                         "extra PEEK per table and step; a stale row stops the run, naming it)")
     ap.add_argument("--shards", type=int, help="PS shard processes (default 2)")
     ap.add_argument("--lookahead", type=int, help="batches planned (pulled) ahead (default 1)")
     ap.add_argument("--tables", type=int)
@@ -703,7 +729,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_from_args(a: argparse.Namespace) -> PSBenchConfig:
-    cfg = PSBenchConfig(seed=a.seed, threads=a.threads)
+    cfg = PSBenchConfig(seed=a.seed, threads=a.threads, check_versions=a.check_versions)
     if a.quick:
         cfg = dataclasses.replace(cfg, rows=100_000, batch=1024, warmup=3, steps=4, rounds=3)
     if a.tiny:

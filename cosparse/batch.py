@@ -137,3 +137,23 @@ class SparseBatch:
             dense_keys=a.get("dense_keys"),  # type: ignore[arg-type]
             features_computed=int(a.get("features_computed", 0)),  # type: ignore[arg-type]
         )
+
+
+def concat_batches(batches: list[SparseBatch]) -> SparseBatch:
+    """One batch holding the samples of ``batches`` in order (same keys), feature-major like each
+    of them: feature f's bags of every batch, then feature f+1's. Copies per feature, not per ID."""
+    if len(batches) == 1:
+        return batches[0]
+    keys = batches[0].keys
+    values, lengths = [], []
+    for f in range(len(keys)):
+        for b in batches:
+            n, off = b.batch_size, b.offsets
+            values.append(b.values[int(off[f * n]) : int(off[(f + 1) * n])])
+            lengths.append(b.lengths[f * n : (f + 1) * n])
+    return SparseBatch(
+        list(keys), torch.cat(values), torch.cat(lengths),
+        torch.cat([b.dense for b in batches]), torch.cat([b.labels for b in batches]),
+        sum(b.bad_records for b in batches), batches[0].index, dense_keys=batches[0].dense_keys,
+        features_computed=sum(b.features_computed for b in batches),
+    )

@@ -6,13 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 
-from cosparse.config import ConfigError, load_config
+from cosparse.config import load_config
 
 
 def _train(args: argparse.Namespace) -> int:
-    from cosparse.data.errors import DataError
     from cosparse.train.trainer import Trainer
 
     overrides = {}
@@ -24,27 +22,30 @@ def _train(args: argparse.Namespace) -> int:
         overrides["data.path"] = args.data
     if args.no_progress:
         overrides["train.progress"] = False
-    try:
-        cfg = load_config(args.config, overrides)
-        if cfg.models:  # several models from one feature extraction
-            from cosparse.train.multi import MultiTrainer
+    cfg = load_config(args.config, overrides)
+    if args.fresh:  # before any shard starts: they would restore what is discarded here
+        from tqdm import tqdm
 
-            trainer = MultiTrainer(cfg)
-        else:
-            trainer = Trainer(cfg)
-    except (ConfigError, DataError) as e:
-        print(f"cosparse: error: {e}", file=sys.stderr)
-        return 2
+        from cosparse.config import model_config
+        from cosparse.train.leftovers import discard_earlier_run
+
+        for c in [model_config(cfg, i) for i in range(len(cfg.models))] if cfg.models else [cfg]:
+            discard_earlier_run(c, tqdm.write)
+    if cfg.models:  # several models from one feature extraction
+        from cosparse.train.multi import MultiTrainer
+
+        trainer = MultiTrainer(cfg)
+    else:
+        trainer = Trainer(cfg)
     try:
         if args.resume:
             trainer.resume(args.resume)
         final = trainer.run()
-    except DataError as e:
-        print(f"cosparse: data error: {e}", file=sys.stderr)
-        return 3
     finally:
         trainer.close()
-    print(json.dumps({"final": final}, sort_keys=True))
+    from cosparse.train.metrics import dumps_metrics
+
+    print(dumps_metrics({"final": final}, sort_keys=True))  # an undefined metric is null
     return 0
 
 
@@ -58,21 +59,6 @@ def _capacities(text: str) -> list[float]:
     return values
 
 
-def _reporting(body: Callable[[], int]) -> int:
-    """Run a command: a usage problem (config, feature spec, argument) exits 2 and a data
-    problem exits 3, each reported on one line."""
-    from cosparse.data.errors import DataError
-
-    try:
-        return body()
-    except DataError as e:
-        print(f"cosparse: data error: {e}", file=sys.stderr)
-        return 3
-    except ValueError as e:  # ConfigError and FeatureSpecError are ValueErrors
-        print(f"cosparse: error: {e}", file=sys.stderr)
-        return 2
-
-
 def _plan(args: argparse.Namespace) -> int:
     from cosparse.tune.run import run_plan
 
@@ -82,7 +68,7 @@ def _plan(args: argparse.Namespace) -> int:
                  progress=not args.no_progress, config_path=str(args.config))
         return 0
 
-    return _reporting(body)
+    return body()
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -101,23 +87,34 @@ def _compare(args: argparse.Namespace) -> int:
         }, sort_keys=True))
         return 0
 
-    return _reporting(body)
+    return body()
 
 
 def _ps_serve(args: argparse.Namespace) -> int:
     from cosparse.ps.server import ServeOptions, read_key_file, serve
+    from cosparse.ps.shard import ShardLimits
 
     try:
         key = read_key_file(args.auth_key) if args.auth_key else None
     except (OSError, ValueError) as e:
         print(f"cosparse: error: --auth-key: {e}", file=sys.stderr)
         return 2
-    return serve(ServeOptions(
+    given = {k: getattr(args, k) for k in ("max_rows", "max_request_rows", "max_dim", "max_tables")
+             if getattr(args, k) is not None}
+    try:
+        limits = ShardLimits(**given)
+    except ValueError as e:
+        print(f"cosparse: error: {e}", file=sys.stderr)
+        return 2
+    opts = ServeOptions(
         shard=args.shard, num_shards=args.num_shards, bind=args.bind, data_dir=args.data_dir,
         config=args.config, auth_key=key, curve_secret=args.curve_secret,
         ready_file=args.ready_file, parent_pid=args.parent_pid, restore=args.restore,
-        announce=args.announce,
-    ))
+        announce=args.announce, limits=limits,
+    )
+    if args.max_message_bytes is not None:
+        opts.max_message_bytes = args.max_message_bytes
+    return serve(opts)
 
 
 def _ps_keygen(args: argparse.Namespace) -> int:
@@ -154,6 +151,18 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--restore", default=None,
                    help="restore this snapshot of --data-dir (default: the newest), e.g. the one "
                         "a trainer checkpoint names")
+    # limits (defaults: cosparse.ps.shard.ShardLimits and ps.server.DEFAULT_MAX_MESSAGE_BYTES)
+    s.add_argument("--max-rows", type=int, default=None,
+                   help="row budget: rows of all tables together (default 2^27); a request that "
+                        "needs more new rows is refused, naming the shard")
+    s.add_argument("--max-request-rows", type=int, default=None,
+                   help="IDs in one PULL/PUSH/PUSH_ROWS (default 2^20)")
+    s.add_argument("--max-dim", type=int, default=None,
+                   help="widest table a client may REGISTER (default 4096)")
+    s.add_argument("--max-tables", type=int, default=None, help="tables on this shard (default 256)")
+    s.add_argument("--max-message-bytes", type=int, default=None,
+                   help="largest request and PULL reply, in bytes (default 256 MiB); a single "
+                        "larger frame drops its connection")
     s.set_defaults(func=_ps_serve)
     k = pss.add_parser("keygen", help="create CURVE key pairs and an HMAC secret")
     k.add_argument("--out", required=True, help="directory for the keys")
@@ -168,7 +177,7 @@ def _features_lineage(args: argparse.Namespace) -> int:
         print(json.dumps(lineage(fs), indent=1) if args.json else format_lineage(fs))
         return 0
 
-    return _reporting(body)
+    return body()
 
 
 def _features_diff(args: argparse.Namespace) -> int:
@@ -179,7 +188,7 @@ def _features_diff(args: argparse.Namespace) -> int:
         print(json.dumps(diff(a, b), indent=1) if args.json else format_diff(a, b))
         return 0
 
-    return _reporting(body)
+    return body()
 
 
 def _features_materialize(args: argparse.Namespace) -> int:
@@ -197,7 +206,7 @@ def _features_materialize(args: argparse.Namespace) -> int:
                          sort_keys=True))
         return 0
 
-    return _reporting(body)
+    return body()
 
 
 def _features_fit(args: argparse.Namespace) -> int:
@@ -209,7 +218,7 @@ def _features_fit(args: argparse.Namespace) -> int:
         print(json.dumps({"out": args.out, "fitted": fitted}, sort_keys=True))
         return 0
 
-    return _reporting(body)
+    return body()
 
 
 def _add_features(sub: argparse._SubParsersAction) -> None:
@@ -259,7 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", required=True)
     t.add_argument("--steps", type=int, default=None, help="override train.steps")
     t.add_argument("--metrics-json", default=None, help="write metrics as JSON lines here")
-    t.add_argument("--resume", default=None, help="checkpoint dir (or root with LATEST) to resume")
+    start = t.add_mutually_exclusive_group()
+    start.add_argument("--resume", default=None, help="checkpoint dir (or root with LATEST) to resume")
+    start.add_argument("--fresh", action="store_true",
+                       help="start at step 0 even though store.remote.data_dir holds an earlier "
+                            "run's PS snapshots: discard them, and the checkpoints that name them")
     t.add_argument("--data", default=None, help="override data.path")
     t.add_argument("--no-progress", action="store_true", help="plain log lines, no progress bar")
     t.set_defaults(func=_train)
@@ -297,8 +310,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    """Run one command. A failure ends in one line on stderr and a documented exit code
+    (``cosparse.exits``); ``--debug``, anywhere on the line, prints the traceback too."""
+    from cosparse.exits import run_reported
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    return run_reported(lambda: int(args.func(args)), debug)
 
 
 if __name__ == "__main__":

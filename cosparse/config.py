@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from cosparse.config_bounds import first_violation
 
 
 class ConfigError(ValueError):
@@ -31,10 +34,13 @@ def parse_bytes(value: int | str, key: str) -> int:
     """``2GiB`` / ``512MB`` / ``1048576`` -> bytes."""
     if isinstance(value, int):
         return value
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(value))
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", str(value))
     if not m or m.group(2).upper() not in _SIZE_UNITS:
         raise ConfigError(f"{key}: cannot read {value!r} as a size (use e.g. 2GiB, 512MB, 1048576)")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+    size = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+    if not size < 2**63:
+        raise ConfigError(f"{key}: {value!r} is too large")
+    return int(size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,6 +98,9 @@ class DataConfig:
     queue_depth: int = 4
     on_bad_record: Literal["fail", "skip"] = "fail"
     eval_fraction: float = 0.2
+    # evaluation scores this many samples per forward at least (consecutive eval batches are
+    # joined); None: max(batch_size, 1024). Training batches are not affected.
+    eval_batch_size: int | None = None
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
 
@@ -188,6 +197,7 @@ class RemoteConfig:
     timeout_s: float = 30.0  # a request not answered in this time fails, naming the shard
     heartbeat_s: float = 1.0
     auth_key: str | None = None  # HMAC shared-secret file (from `cosparse ps keygen`)
+    max_rows: int | None = None  # embedded shards: each one's row budget (ps serve --max-rows)
 
 
 @dataclass
@@ -253,6 +263,16 @@ class TrainConfig:
     tensorboard_dir: str | None = None
     progress: bool = True
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # a step whose loss is NaN or infinite: stop the run there with an error naming the step,
+    # or skip the batch's updates (sparse and dense) and count it in `skipped_batches`
+    on_nonfinite: Literal["stop", "skip_batch"] = "stop"
+    # a wait whose other side (trainer, planner thread, data stream) makes no progress this long
+    # raises an error naming both sides instead of hanging; 0 waits without bound
+    stall_timeout_s: float = 300.0
+    # debug (architecture A): before each batch trains, check the version of every row it uses
+    # against the PS's (a PEEK per table and step); a stale copy stops the run, naming the table,
+    # an ID and both versions
+    check_versions: bool = False
 
 
 @dataclass
@@ -317,6 +337,10 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if isinstance(value, int) and abs(value) > 2**63:
+            raise ConfigError(f"{key}: {value} is out of range")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -372,34 +396,19 @@ def _validate_supply(cfg: Config) -> None:
     if not host.spill or host.spill_to != "remote":
         raise ConfigError("store.host.spill/spill_to: supply.path 'collaborative' writes host "
                           "victims to the PS: set spill: true and spill_to: remote")
-    if sp.publish_every < 1:
-        raise ConfigError("supply.publish_every: must be >= 1")
-    if sp.publish_timeout_s <= 0:
-        raise ConfigError("supply.publish_timeout_s: must be positive")
-    if not 0.0 < sp.max_stale_rate <= 1.0:
-        raise ConfigError("supply.max_stale_rate: must be in (0, 1]")
-    if sp.filter_bits_per_row < 1:
-        raise ConfigError("supply.filter_bits_per_row: must be >= 1")
 
 
 def validate(cfg: Config) -> Config:
-    """Cross-field checks. Raises ConfigError naming the offending key."""
+    """Range and cross-field checks. Raises ConfigError naming the offending key."""
+    violation = first_violation(cfg)  # every numeric value in its range (config_bounds.BOUNDS)
+    if violation is not None:
+        raise ConfigError(violation)
     d = cfg.data
-    if d.batch_size <= 0:
-        raise ConfigError("data.batch_size: must be positive")
-    if d.workers < 0:
-        raise ConfigError("data.workers: must be >= 0")
-    if d.queue_depth < 1:
-        raise ConfigError("data.queue_depth: must be >= 1")
-    if not 0.0 <= d.eval_fraction < 1.0:
-        raise ConfigError("data.eval_fraction: must be in [0, 1)")
     if d.reader not in ("synthetic", "synthetic_sequences") and not d.path:
         raise ConfigError(f"data.path: reader '{d.reader}' needs a path")
     s = d.synthetic
-    if s.bag_min < 0 or s.bag_max < s.bag_min:
+    if s.bag_max < s.bag_min:
         raise ConfigError("data.synthetic.bag_min/bag_max: need 0 <= bag_min <= bag_max")
-    if s.alpha <= 0:
-        raise ConfigError("data.synthetic.alpha: must be positive")
     if cfg.models:
         return _validate_models(cfg)
     if not cfg.tables:
@@ -423,15 +432,10 @@ def validate(cfg: Config) -> Config:
                     f"{k}.features: feature '{f}' is already served by table '{seen_features[f]}'"
                 )
             seen_features[f] = t.name
-        if t.optimizer.lr <= 0:
-            raise ConfigError(f"{k}.optimizer.lr: must be positive")
-        if t.hash_size is not None and t.hash_size <= 0:
-            raise ConfigError(f"{k}.hash_size: must be positive")
+        if t.init.low > t.init.high:
+            raise ConfigError(f"{k}.init.low: {t.init.low} is above {k}.init.high "
+                              f"({t.init.high})")
     tr = cfg.train
-    if tr.steps <= 0:
-        raise ConfigError("train.steps: must be positive")
-    if tr.checkpoint.every < 0:
-        raise ConfigError("train.checkpoint.every: must be >= 0")
     if tr.checkpoint.every and not tr.checkpoint.dir:
         raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every is set")
     for tier_name in ("device", "host"):
@@ -443,28 +447,16 @@ def validate(cfg: Config) -> Config:
             tier.budget_bytes = parse_bytes(tier.budget_bytes, f"{key}.budget_bytes")
             if tier.budget_bytes <= 0:
                 raise ConfigError(f"{key}.budget_bytes: must be positive")
-        if tier.rows is not None and tier.rows <= 0:
-            raise ConfigError(f"{key}.rows: must be positive")
     host = cfg.store.host
     if not cfg.store.tiered and (host.rows is not None or host.budget_bytes is not None or host.spill):
         raise ConfigError("store.host: a host tier needs a bounded device tier "
                           "(store.device.rows or store.device.budget_bytes)")
-    if cfg.store.admit_after < 0:
-        raise ConfigError("store.admit_after: must be >= 0")
-    if cfg.store.ttl_steps < 0:
-        raise ConfigError("store.ttl_steps: must be >= 0")
     if host.spill and host.spill_to == "remote" and cfg.store.ttl_steps:
         raise ConfigError("store.ttl_steps: the TTL does not reach rows on the PS "
                           "(store.host.spill_to: remote)")
     if cfg.store.ttl_steps and not cfg.store.tiered:
         raise ConfigError("store.ttl_steps: the TTL works on tiers; set store.device.rows or "
                           "store.device.budget_bytes")
-    if not 0.0 < cfg.store.decay <= 1.0:
-        raise ConfigError("store.decay: must be in (0, 1]")
-    if cfg.supply.lookahead < 0:
-        raise ConfigError("supply.lookahead: must be >= 0")
-    if cfg.supply.horizon < 0:
-        raise ConfigError("supply.horizon: must be >= 0")
     _validate_supply(cfg)
     if cfg.supply.path != "resident" or (host.spill and host.spill_to == "remote"):
         remote = cfg.store.remote
@@ -476,20 +468,14 @@ def validate(cfg: Config) -> Config:
         if remote.discovery == "tcpstore" and remote.embedded:
             raise ConfigError("store.remote.discovery: tcpstore finds external shards; set "
                               "store.remote.embedded: false")
-        if remote.embedded and remote.num_shards < 1:
-            raise ConfigError("store.remote.num_shards: must be >= 1")
-        if remote.timeout_s <= 0 or remote.heartbeat_s <= 0:
-            raise ConfigError("store.remote.timeout_s/heartbeat_s: must be positive")
-    net = cfg.network
-    if net.link_mbps is not None and net.link_mbps <= 0:
-        raise ConfigError("network.link_mbps: must be positive (or null for an unshaped link)")
-    if net.link_latency_ms < 0:
-        raise ConfigError("network.link_latency_ms: must be >= 0")
     if cfg.model.kind in ("deepfm",):
         dims = {t.dim for t in cfg.tables}
         if len(dims) > 1:
             raise ConfigError(f"tables[*].dim: model.kind '{cfg.model.kind}' needs one dim, got {dims}")
     if cfg.model.kind == "dlrm":
+        for name in ("bottom", "top"):
+            if not getattr(cfg.model, name):
+                raise ConfigError(f"model.{name}: DLRM needs one or more layer sizes")
         dims = {t.dim for t in cfg.tables}
         if len(dims) > 1 or cfg.model.bottom[-1] != next(iter(dims)):
             raise ConfigError(
@@ -508,22 +494,10 @@ _BEHAVIOURS = ("pv", "cart", "fav", "buy")
 def _validate_sequences(cfg: Config) -> None:
     """data.events, unpooled tables and model.din."""
     ev = cfg.data.events
-    if not 1 <= ev.max_len <= 10_000:
-        raise ConfigError("data.events.max_len: must be in [1, 10000]")
-    if ev.min_history < 0:
-        raise ConfigError("data.events.min_history: must be >= 0")
     bad = [b for b in ev.positive if b not in _BEHAVIOURS]
     if not ev.positive or bad:
         raise ConfigError(f"data.events.positive: need behaviours among {', '.join(_BEHAVIOURS)}"
                           f" (got {ev.positive})")
-    sq = ev.synthetic
-    if not 1 <= sq.seq_len <= 10_000:
-        raise ConfigError("data.events.synthetic.seq_len: must be in [1, 10000]")
-    for name in ("vocab_size", "num_cates", "num_users", "num_batches", "eval_batches"):
-        if getattr(sq, name) <= 0:
-            raise ConfigError(f"data.events.synthetic.{name}: must be positive")
-    if sq.alpha <= 0:
-        raise ConfigError("data.events.synthetic.alpha: must be positive")
     table_of = {f: (i, t) for i, t in enumerate(cfg.tables) for f in t.features}
     m = cfg.model
     if m.kind != "din":
@@ -535,9 +509,9 @@ def _validate_sequences(cfg: Config) -> None:
     d = m.din
     if not d.pairs:
         raise ConfigError("model.din.pairs: DIN needs at least one [target, history] pair")
-    if not d.attention or any(n <= 0 for n in d.attention):
+    if not d.attention:
         raise ConfigError("model.din.attention: need one or more positive layer sizes")
-    if not d.mlp or any(n <= 0 for n in d.mlp):
+    if not d.mlp:
         raise ConfigError("model.din.mlp: need one or more positive layer sizes")
     seen: set[str] = set()
     for j, pair in enumerate(d.pairs):
@@ -642,9 +616,12 @@ def apply_preset(raw: dict[str, Any]) -> dict[str, Any]:
     name = raw.get("preset")
     if name is None:
         return raw
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"preset: {name!r} is not one of {', '.join(map(repr, PRESETS))}")
     preset = copy.deepcopy(PRESETS[name])
+    for section in ("supply", "store"):
+        if not isinstance(raw.get(section) or {}, dict):
+            raise ConfigError(f"{section}: expected a mapping, got {type(raw[section]).__name__}")
     path = (raw.get("supply") or {}).get("path", preset.get("supply", {}).get("path"))
     if path == "ps-direct":
         preset.get("store", {}).pop("host", None)
@@ -658,8 +635,13 @@ def set_dotted(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]
     for dotted, value in overrides.items():
         node = raw
         parts = dotted.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
+        for i, part in enumerate(parts[:-1]):
+            if node.get(part) is None:  # absent, or an empty YAML section
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                raise ConfigError(f"{'.'.join(parts[: i + 1])}: expected a mapping, got "
+                                  f"{type(node).__name__} (setting {dotted})")
         node[parts[-1]] = value
     return raw
 
@@ -671,9 +653,16 @@ def config_from_mapping(raw: dict[str, Any]) -> Config:
 
 def read_config_mapping(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if not p.exists():
+    if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
-    raw = yaml.safe_load(p.read_text()) or {}
+    try:
+        raw = yaml.safe_load(p.read_bytes()) or {}
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
+        raise ConfigError(f"{where}: not valid YAML: {e.problem or e.context}") from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level")
     return raw

@@ -30,7 +30,8 @@ def _ps_serve_pids(pids: list[int]) -> list[int]:
 def test_bench_ps_tiny(tmp_path: Path) -> None:
     out = tmp_path / "ps.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--tiny", "--threads", "2", "--json", str(out)],
+        [sys.executable, str(BENCH), "--tiny", "--threads", "2", "--check-versions", "--json",
+         str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -53,11 +54,13 @@ def test_bench_ps_tiny(tmp_path: Path) -> None:
     assert res["ps_wait_ms_per_step"]["total"] > 0
     assert res["ps_wait_ms_per_step"]["pull"] > 0 and res["ps_wait_ms_per_step"]["push"] > 0
     assert res["rows_per_step"]["pulled"] >= res["rows_per_step"]["unique"] > 0
-    # A == all-resident bit for bit is asserted in-process by tests/test_exactness.py. Across the
-    # benchmark's two worker processes, one CI run (of about ten runs) saw a one-time 2.4e-7 loss
-    # difference under load, not reproduced since; it is reported (`losses_identical`,
-    # `loss_max_abs_diff`) and tracked as an open question, so this smoke test bounds it instead.
-    assert res["loss_max_abs_diff"] < 1e-5, res["loss_max_abs_diff"]
+    # exactness across the benchmark's processes: A (rows on the shards) == all-resident, bit for
+    # bit, with every row checked against the PS's version before it trains (--check-versions),
+    # and every process of the run on the same engine sources from start to end
+    assert res["config"]["check_versions"] is True
+    assert res["engine_sources_changed"] is False, res["machine"]["engine_sources_sha1"]
+    assert res["losses_identical"] is True, res["loss_max_abs_diff"]
+    assert res["loss_max_abs_diff"] == 0.0
     assert res["config"]["shards"] == 2 and res["config"]["tables"] == 2
     # every shard process is gone
     assert res["shard_processes_left"] == 0

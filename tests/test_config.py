@@ -109,3 +109,137 @@ def test_parse_bytes():
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+# --- every numeric value in its range (issue 11, defect 9) ------------------------------------
+# Each of these was accepted silently (NaN lr, epochs -1, init low > high) or crashed with a raw
+# traceback at start-up (negative widths and lr, log_every 0, threads -1).
+@pytest.mark.parametrize(
+    "keys,value,message",
+    [
+        (["tables", 0, "optimizer"], {"lr": float("nan")}, "tables[0].optimizer.lr:"),
+        (["tables", 0, "optimizer"], {"lr": float("inf")}, "tables[0].optimizer.lr:"),
+        (["train", "epochs"], -1, "train.epochs:"),
+        (["tables", 0, "init"], {"low": 0.1, "high": -0.1}, "tables[0].init.low:"),
+        (["model", "bottom"], [-8, 4], "model.bottom[0]:"),
+        (["model", "dense_optimizer"], {"lr": -0.01}, "model.dense_optimizer.lr:"),
+        (["train", "log_every"], 0, "train.log_every:"),
+        (["train", "threads"], -1, "train.threads:"),
+        (["train", "seed"], 2**64, "train.seed:"),
+        (["model", "top"], [], "model.top:"),
+        (["store"], {"device": {"budget_bytes": "1.2.3MB"}}, "store.device.budget_bytes:"),
+        (["store"], {"device": {"budget_bytes": "99999999999TiB"}}, "store.device.budget_bytes:"),
+    ],
+)
+def test_out_of_range_values_fail_at_startup_naming_the_key(tmp_path, keys, value, message):
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, _mutate(keys, value)))
+    assert str(ei.value).startswith(message), str(ei.value)
+
+
+def _populated():
+    """A config with every optional numeric field set and every list non-empty."""
+    import dataclasses
+    import typing
+
+    from cosparse.config import ModelEntry, TableConfig, config_from_mapping
+
+    def fill(obj):
+        hints = typing.get_type_hints(type(obj))
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            args = typing.get_args(hints[f.name])
+            if v is None and (int in args or float in args):
+                setattr(obj, f.name, 1)
+            elif dataclasses.is_dataclass(v):
+                fill(v)
+            elif isinstance(v, list):
+                for x in v:
+                    if dataclasses.is_dataclass(x):
+                        fill(x)
+
+    cfg = config_from_mapping(BASE)
+    cfg.models = [ModelEntry(name="m", model=cfg.model, tables=[TableConfig(name="x")])]
+    fill(cfg)
+    assert cfg.store.device.rows == 1 and cfg.train.threads == 1
+    return cfg
+
+
+def test_every_numeric_field_has_a_range():
+    """A new numeric field cannot skip validation: it needs its entry in config_bounds.BOUNDS
+    (and every entry names a real field)."""
+    from cosparse.config_bounds import BOUNDS, numeric_leaves, pattern_of
+
+    patterns = {pattern_of(k) for k, _ in numeric_leaves(_populated())}
+    assert patterns - set(BOUNDS) == set(), "numeric config fields without a range in BOUNDS"
+    assert set(BOUNDS) - patterns == set(), "BOUNDS entries that name no config field"
+
+
+def _concrete(pattern):
+    """``tables[*].optimizer.lr`` -> the key path in BASE (``tables``, 0, ``optimizer``, ``lr``)."""
+    out = []
+    for part in pattern.split("."):
+        name, star, _ = part.partition("[*]")
+        out.append(name)
+        if star:
+            out.append(0)
+    return out
+
+
+def _set(raw, path, value):
+    node = raw
+    for k, nxt in zip(path[:-1], path[1:], strict=False):
+        if isinstance(node, list):
+            node = node[k]
+            continue
+        if k not in node or node[k] is None:
+            node[k] = [4] if isinstance(nxt, int) else {}
+        node = node[k]
+    node[path[-1]] = value
+
+
+def _outside(bound):
+    """Values just outside ``bound``, and NaN."""
+    vals = [float("nan"), float("inf")]
+    if bound.lo is not None:
+        vals.append(int(bound.lo) if bound.lo_open else int(bound.lo) - 1)
+    if bound.hi is not None:
+        vals.append(bound.hi if bound.hi_open else bound.hi + 1)
+    return vals
+
+
+def test_every_range_is_enforced_naming_the_key(tmp_path):
+    import copy
+
+    from cosparse.config_bounds import BOUNDS
+
+    checked = 0
+    for pattern, bound in BOUNDS.items():
+        path = _concrete(pattern)
+        key = pattern.replace("[*]", "[0]")
+        for value in _outside(bound):
+            raw = copy.deepcopy(BASE)
+            _set(raw, path, value)
+            with pytest.raises(ConfigError) as ei:
+                load_config(_write(tmp_path, raw))
+            assert str(ei.value).startswith(f"{key}:"), (pattern, value, str(ei.value))
+            checked += 1
+    assert checked > 3 * len(BOUNDS)
+
+
+def test_yaml_syntax_error_names_file_line_and_column(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("data:\n  reader: synthetic\n  batch_size: [1, 2\ntrain: {}\n")
+    with pytest.raises(ConfigError, match=rf"{p}:\d+:\d+: not valid YAML"):
+        load_config(p)
+    p.write_bytes(b"data: \xff\xfe\x00bad\n")
+    with pytest.raises(ConfigError, match=f"{p}"):
+        load_config(p)
+
+
+def test_overrides_into_a_non_mapping_section_name_the_key(tmp_path):
+    cfg = dict(BASE, train=5)
+    with pytest.raises(ConfigError, match="train: expected a mapping"):
+        load_config(_write(tmp_path, cfg), {"train.steps": 3})
+    ok = load_config(_write(tmp_path, dict(BASE, train=None)), {"train.steps": 3})
+    assert ok.train.steps == 3

@@ -345,3 +345,107 @@ def test_line_chunks_any_block_size(tmp_path: Path, final_newline: bool) -> None
             assert sum(c[1] for c in got) == len(want)
             text = b"".join(c[2] for c in got).decode().splitlines()
             assert text == want
+
+
+# --- non-finite values, type errors, empty inputs (issue 11, defect 9) ------------------------
+def _criteo_table(criteo: Path, rows: int) -> pa.Table:
+    return read_criteo_tsv_table(criteo, rows=rows)
+
+
+def _with_column(t: pa.Table, name: str, values: list, typ: pa.DataType) -> pa.Table:
+    return t.set_column(t.schema.get_field_index(name), name, pa.array(values, typ))
+
+
+def test_parquet_nan_and_inf_are_both_bad_values_null_is_missing(criteo: Path, tmp_path: Path) -> None:
+    t = _criteo_table(criteo, 12)
+    i3 = [float(x) if x is not None else None for x in t.column("I3").to_pylist()]
+    i3[2], i3[5], i3[8], i3[9] = math.nan, math.inf, -math.inf, None
+    p = tmp_path / "nonfinite.parquet"
+    pq.write_table(_with_column(t, "I3", i3, pa.float64()), p)
+    with pytest.raises(DataError, match=re.escape(f"{p}: row 2 (0-based): integer field I3 nan "
+                                                  "is not finite")):
+        read_all(ParquetReader(p, 4, "train", 0.0))
+    got = read_all(ParquetReader(p, 4, "train", 0.0, on_bad_record="skip"))
+    assert [b.bad_records for b in got] == [1, 1, 1]  # rows 2, 5 and 8; the null (9) is missing
+    assert sum(b.batch_size for b in got) == 9
+    assert all(bool(torch.isfinite(b.dense).all()) for b in got)
+    assert float(got[2].dense[0, 2]) == 0.0  # row 9 (row 8 dropped): I3 null -> missing -> 0
+
+
+def test_parquet_unsupported_column_type_names_the_file(criteo: Path, tmp_path: Path) -> None:
+    t = _criteo_table(criteo, 4)
+    for name, values, typ in (("label", ["0", "1", "0", "1"], pa.string()),
+                              ("I1", [b"1", b"2", b"3", b"4"], pa.binary()),
+                              ("C1", [1.0, 2.0, 3.0, 4.0], pa.float64())):
+        p = tmp_path / f"type_{name}.parquet"
+        pq.write_table(_with_column(t, name, values, typ), p)
+        with pytest.raises(DataError, match=re.escape(f"{p}: column {name} has unsupported type")):
+            read_all(ParquetReader(p, 4, "train", 0.0))
+
+
+def test_empty_data_files_are_errors_naming_the_file(criteo: Path, tmp_path: Path) -> None:
+    from cosparse.config import EventsConfig
+    from cosparse.data.events import TaobaoEventsReader
+
+    tsv = tmp_path / "empty.txt"
+    tsv.write_bytes(b"")
+    with pytest.raises(DataError, match=re.escape(f"{tsv}: the data file has no lines")):
+        read_all(CriteoTSVReader(tsv, 4, "train", 0.2))
+    assert read_all(CriteoTSVReader(criteo, 4, "eval", 0.0)) == []  # an empty eval split is fine
+    one = tmp_path / "one.txt"
+    one.write_text(real_lines(criteo, 1)[0] + "\n")
+    with pytest.raises(DataError, match=re.escape(f"{one}: the training split is empty")):
+        CriteoTSVReader(one, 4, "train", 0.6).num_batches  # noqa: B018
+    pqf = tmp_path / "empty.parquet"
+    pq.write_table(_criteo_table(criteo, 3).slice(0, 0), pqf)
+    with pytest.raises(DataError, match=re.escape(f"{pqf}: the data file has no rows")):
+        ParquetReader(pqf, 4, "train", 0.2)
+    ev = tmp_path / "events.csv"
+    ev.write_text("")
+    with pytest.raises(DataError, match=re.escape(f"{ev}: the data file has no events")):
+        TaobaoEventsReader(ev, 4, "train", 0.2, events=EventsConfig())
+    ev.write_text("1,10,100,pv,5\n2,20,200,buy,6\n")  # no user has an earlier event
+    with pytest.raises(DataError, match=re.escape(f"{ev}: no training samples")):
+        TaobaoEventsReader(ev, 4, "train", 0.0, events=EventsConfig())
+
+
+def test_parquet_huge_integers_are_bad_values_not_a_crash(criteo: Path, tmp_path: Path) -> None:
+    """Found by the Parquet fuzzer: a label of 2**53 + 1 crashed the float cast, and a uint64
+    I value above int64 wrapped around to a negative number."""
+    t = _criteo_table(criteo, 6)
+    labels = [0, 1, 2**53 + 1, 0, 1, 0]
+    i1 = [1, 2, 3, 2**64 - 1, 10**18, 5]
+    t = _with_column(_with_column(t, "label", labels, pa.int64()), "I1", i1, pa.uint64())
+    p = tmp_path / "huge.parquet"
+    pq.write_table(t, p)
+    with pytest.raises(DataError, match=re.escape(f"{p}: row 2 (0-based): bad label 9007199254740993")):
+        read_all(ParquetReader(p, 6, "train", 0.0))
+    (b,) = read_all(ParquetReader(p, 6, "train", 0.0, on_bad_record="skip"))
+    assert b.bad_records == 3 and b.batch_size == 3
+    assert b.labels.tolist() == [0.0, 1.0, 0.0]
+    pq.write_table(_with_column(t, "label", [0] * 6, pa.int64()), p)
+    with pytest.raises(DataError, match=re.escape(f"{p}: row 3 (0-based): integer field I1 "
+                                                  f"{2**64 - 1} is out of range")):
+        read_all(ParquetReader(p, 6, "train", 0.0))
+
+
+def test_parquet_invalid_utf8_is_a_data_error(criteo: Path, tmp_path: Path) -> None:
+    """Found by the Parquet fuzzer: bytes that are not UTF-8 in a column name of the footer, or
+    in a string value, raised UnicodeDecodeError."""
+    t = _criteo_table(criteo, 4)
+    p = tmp_path / "names.parquet"
+    pq.write_table(t, p, compression="NONE")
+    data = p.read_bytes()
+    assert data.count(b"\x05label") >= 1  # the name in the Parquet schema (thrift)
+    p.write_bytes(data.replace(b"\x05label", b"\x05\x80abel"))
+    with pytest.raises(DataError, match=re.escape(f"{p}: cannot read as Parquet")):
+        ParquetReader(p, 4, "train", 0.0)
+    q = tmp_path / "values.parquet"
+    pq.write_table(_with_column(t, "C3", ["zqzqzqzq"] * 4, pa.string()), q, compression="NONE",
+                   use_dictionary=False)
+    data = q.read_bytes()
+    assert data.count(b"zqzqzqzq") >= 4
+    q.write_bytes(data.replace(b"zqzqzqzq", b"\x80qzqzqzq"))
+    with pytest.raises(DataError, match=re.escape(f"{q}: row 0 (0-based): non-hex categorical "
+                                                  "field C3 b'\\x80qzqzqzq'")):
+        read_all(ParquetReader(q, 4, "train", 0.0))

@@ -65,3 +65,41 @@ def test_shard_of_uses_the_engine_mix64():
     owner = P.shard_of(ids, 3)
     assert np.array_equal(owner, (ref % np.uint64(3)).astype(np.int64))
     assert set(np.unique(owner).tolist()) == {0, 1, 2}
+
+
+def hostile_pull(dtype_code: int, ndim: int, s0: int, s1: int, body: bytes = b"",
+                 text: bytes = b"sgd") -> list[bytes]:
+    """A PULL whose one array descriptor says whatever it is told (issue 11, defect 2)."""
+    head = P.HEADER.pack(P.MAGIC, P.VERSION, P.OP_PULL, 0, 5, 0, 0, 1, 0)
+    return [head + P.DESC.pack(dtype_code, ndim, s0, s1), text, body]
+
+
+@pytest.mark.parametrize("desc", [
+    (2, 2, 2**60, 0),  # the 59-byte message of the issue: int64, shape (2^60, 0)
+    (6, 2, 2**63, 0),  # over numpy's largest dimension
+    (1, 2, 0, 2**62),
+    (6, 2, 2**64 - 1, 0),
+    (2, 1, 2**60, 0),  # 1-D, and no bytes for it
+])
+def test_hostile_shapes_are_protocol_errors_not_crashes(desc):
+    frames = hostile_pull(*desc)
+    if desc[:4] == (2, 2, 2**60, 0):
+        assert sum(len(f) for f in frames) == 59
+    with pytest.raises(P.ProtocolError) as ei:
+        P.decode(frames)
+    assert ei.value.code == P.E_BAD_FRAME and ei.value.request_id == 5
+
+
+def test_hmac_covers_the_session_nonce():
+    key, s1, s2 = b"k" * 32, b"a" * P.NONCE_BYTES, b"b" * P.NONCE_BYTES
+    msg = P.Message(P.OP_PUSH, request_id=3, arg=1, text="t",
+                    arrays=[np.arange(2), np.zeros((2, 4), np.float32)])
+    frames = [bytes(f) for f in P.encode(msg, key, s1)]
+    assert P.decode(frames, key, s1).request_id == 3
+    for other in (s2, b""):  # another connection's session, or none
+        with pytest.raises(P.ProtocolError) as ei:
+            P.decode(frames, key, other)
+        assert ei.value.code == P.E_AUTH
+    with pytest.raises(P.ProtocolError) as ei:  # an oversized MAC frame is refused unread
+        P.decode([*frames[:-1], b"\0" * (1 << 20)], key, s1)
+    assert ei.value.code == P.E_AUTH

@@ -18,7 +18,7 @@ import numpy as np
 from cosparse.batch import SparseBatch
 from cosparse.data import kernels as K
 from cosparse.data.columns import CRITEO_KEYS, NUM_DENSE, columns_to_batch
-from cosparse.data.errors import DataError
+from cosparse.data.errors import DataError, empty_split_message
 from cosparse.data.lines import count_lines, line_chunks
 from cosparse.data.split import Split, num_batches, split_range
 
@@ -101,10 +101,13 @@ class CriteoTSVReader:
         self._range: tuple[int, int] | None = None
 
     def line_range(self) -> tuple[int, int]:
-        """(first line, 1-based; line count) of this split. Counts the file's lines once."""
+        """(first line, 1-based; line count) of this split. Counts the file's lines once. An
+        empty training split (an empty file) is a DataError naming the file."""
         if self._range is None:
             total = count_lines(self.path)
             start, count = split_range(total, self.eval_fraction, self.split)
+            if self.split == "train" and count == 0:
+                raise DataError(empty_split_message(self.path, total, "lines", self.eval_fraction))
             self._range = (start + 1, count)
         return self._range
 

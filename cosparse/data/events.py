@@ -37,7 +37,7 @@ import torch
 from cosparse.batch import SparseBatch
 from cosparse.config import EventsConfig
 from cosparse.data import event_kernels as K
-from cosparse.data.errors import DataError
+from cosparse.data.errors import DataError, empty_split_message
 from cosparse.data.split import Split, num_batches, split_range
 
 OnBadRecord = Literal["fail", "skip"]
@@ -193,6 +193,13 @@ class TaobaoEventsReader:
         eligible = in_split & (ix.run_start - ix.user_start >= ev.min_history)
         pos = np.flatnonzero(eligible).astype(np.int64)
         pos = pos[np.argsort(ix.time_rank[pos], kind="stable")]  # time order
+        if split == "train" and pos.shape[0] == 0:
+            if not in_split.any():
+                raise DataError(empty_split_message(self.path, log.num_events, "events",
+                                                    eval_fraction))
+            raise DataError(f"{self.path}: no training samples: none of the {count} events of "
+                            f"the training split has data.events.min_history "
+                            f"({ev.min_history}) earlier events of its user")
         if split == "train" and ev.shuffle:
             pos = pos[np.random.default_rng(ev.seed).permutation(pos.shape[0])]
         self.positions = pos

@@ -2,12 +2,15 @@
 
 ``label``: integer, float or bool, 0 or 1. ``I*``: nullable integers (float columns must hold whole
 numbers; string columns decimal text). ``C*``: nullable hex strings or non-negative int64; a null
-or empty string is a missing value, i.e. an empty bag. A bad value raises DataError naming the file
-and the row (0-based), or is dropped and counted with ``on_bad_record="skip"``.
+or empty string is a missing value, i.e. an empty bag. Only a null is missing in a float column: a
+NaN or an infinity is a bad value, like 1.5. A bad value raises DataError naming the file, the row
+(0-based) and the column, or is dropped and counted with ``on_bad_record="skip"``. A column of an
+unsupported type is a DataError naming the file and the column.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ import pyarrow.parquet as pq
 from cosparse.batch import SparseBatch
 from cosparse.data import kernels as K
 from cosparse.data.columns import CRITEO_DENSE, CRITEO_KEYS, NUM_DENSE, columns_to_batch
-from cosparse.data.errors import DataError
+from cosparse.data.errors import DataError, empty_split_message
 from cosparse.data.lines import open_binary
 from cosparse.data.split import Split, num_batches, row_batches, split_range
 
@@ -56,11 +59,17 @@ def _open(path: str) -> pq.ParquetFile:
     pf = cached[1] if cached is not None and cached[0] == stamp else None
     if pf is None:
         _LAST_READ.pop(path, None)
-        try:
+        try:  # (a corrupt footer can fail in Arrow, or in decoding its column names)
             pf = pq.ParquetFile(path)
-        except (pa.ArrowException, OSError) as e:
+            names = pf.schema_arrow.names
+            md = pf.metadata
+            sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+        except (pa.ArrowException, OSError, ValueError) as e:
             raise DataError(f"{path}: cannot read as Parquet ({e})") from e
-        missing = [c for c in COLUMNS if c not in pf.schema_arrow.names]
+        if min(sizes, default=0) < 0 or sum(sizes) != md.num_rows:
+            raise DataError(f"{path}: cannot read as Parquet (corrupt metadata: {md.num_rows} "
+                            f"rows, row groups of {sizes[:8]} rows)")
+        missing = [c for c in COLUMNS if c not in names]
         if missing:
             raise DataError(f"{path}: Parquet file lacks columns {', '.join(missing)}")
         _FILES[path] = (stamp, pf)
@@ -83,7 +92,7 @@ def read_rows(path: str, row_start: int, num_rows: int) -> pa.Table:
     else:
         try:
             table = pf.read_row_groups(list(groups), columns=COLUMNS)
-        except (pa.ArrowException, OSError) as e:
+        except (pa.ArrowException, OSError, ValueError) as e:
             raise DataError(f"{path}: cannot read row groups {groups} ({e})") from e
         _LAST_READ[path] = (groups, table)
     return table.slice(row_start - int(starts[groups[0]]), num_rows)
@@ -101,30 +110,47 @@ def _valid(arr: pa.Array) -> np.ndarray:
     return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
-def _labels(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+_INT_LIMIT = 10**18  # integer fields have at most 18 digits
+
+
+def _unsupported(path: str, name: str, t: pa.DataType) -> DataError:
+    return DataError(f"{path}: column {name} has unsupported type {t}")
+
+
+def _labels(arr: pa.Array, path: str) -> tuple[np.ndarray, np.ndarray]:
     """(labels float32, bad rows)."""
     t = arr.type
     if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
-        raise DataError(f"column label has unsupported type {t}")
+        raise _unsupported(path, "label", t)
     valid = _valid(arr)
-    v = np.asarray(arr.cast(pa.float64()).fill_null(-1.0).to_numpy(zero_copy_only=False))
+    # unsafe: a huge integer need not be exact as a float, only 0 and 1 are labels
+    v = np.asarray(arr.cast(pa.float64(), safe=False).fill_null(-1.0)
+                   .to_numpy(zero_copy_only=False))
     bad = ~valid | ((v != 0.0) & (v != 1.0))
-    return v.astype(np.float32), bad
+    return np.where(bad, 0.0, v).astype(np.float32), bad
 
 
-def _ints(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(values int64, present, bad rows) of one integer column."""
+def _ints(arr: pa.Array, name: str, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values int64, present, bad rows) of one integer column. In a float column a null is
+    missing, and a NaN, an infinity or a fraction is bad. A value of 19 or more digits is out
+    of range, as in the TSV reader."""
     t = arr.type
     valid = _valid(arr)
     if pa.types.is_integer(t):
-        v = np.asarray(arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False))
-        return v, valid, np.zeros(len(arr), np.bool_)
+        big = np.zeros(len(arr), np.bool_)
+        if pa.types.is_uint64(t):  # beyond int64: out of range, not wrapped around
+            big = np.asarray(pc.greater_equal(arr, pa.scalar(_INT_LIMIT, t)).fill_null(False)
+                             .to_numpy(zero_copy_only=False), np.bool_)
+        v = np.asarray(arr.cast(pa.int64(), safe=False).fill_null(0)
+                       .to_numpy(zero_copy_only=False))
+        bad = valid & (big | (v >= _INT_LIMIT) | (v <= -_INT_LIMIT))
+        return np.where(bad, 0, v), valid & ~bad, bad
     if pa.types.is_floating(t):
         f = np.asarray(arr.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False))
-        present = valid & ~np.isnan(f)
-        bad = present & ((np.floor(f) != f) | (np.abs(f) >= 1e18))
-        v = np.where(present & ~bad, f, 0.0).astype(np.int64)
-        return v, present & ~bad, bad
+        with np.errstate(invalid="ignore"):
+            bad = valid & ~(np.isfinite(f) & (np.floor(f) == f) & (np.abs(f) < _INT_LIMIT))
+        v = np.where(valid & ~bad, f, 0.0).astype(np.int64)
+        return v, valid & ~bad, bad
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         present = valid & _valid_nonempty(arr)
         ok = np.asarray(
@@ -135,7 +161,7 @@ def _ints(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         clean = pc.if_else(pa.array(present & ok), arr, pa.scalar("0", arr.type))
         v = np.asarray(clean.cast(pa.int64()).to_numpy(zero_copy_only=False))
         return v, present & ok, bad
-    raise DataError(f"column {name} has unsupported type {t}")
+    raise _unsupported(path, name, t)
 
 
 def _valid_nonempty(arr: pa.Array) -> np.ndarray:
@@ -143,13 +169,13 @@ def _valid_nonempty(arr: pa.Array) -> np.ndarray:
     return np.asarray(lens, dtype=np.int64) > 0
 
 
-def _cats(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _cats(arr: pa.Array, name: str, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(IDs int64, present, bad rows) of one categorical column."""
     t = arr.type
     valid = _valid(arr)
     if pa.types.is_integer(t):
         if pa.types.is_uint64(t):
-            raise DataError(f"column {name}: uint64 IDs are not supported, use int64")
+            raise DataError(f"{path}: column {name}: uint64 IDs are not supported, use int64")
         v = np.asarray(arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False))
         bad = valid & (v < 0)
         return np.where(bad, 0, v), valid & ~bad, bad
@@ -162,7 +188,16 @@ def _cats(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         )
         values, present, codes = K.parse_hex_strings(offsets, data, valid)
         return values, present, codes != K.ERR_OK
-    raise DataError(f"column {name} has unsupported type {t}")
+    raise _unsupported(path, name, t)
+
+
+def _value(table: pa.Table, name: str, row: int) -> object:
+    """The value of one cell, for an error message (a string that is not UTF-8: its bytes)."""
+    cell = table.column(name)[row]
+    try:
+        return cell.as_py()
+    except UnicodeDecodeError:
+        return cell.cast(pa.binary()).as_py()
 
 
 def _describe(path: str, row: int, name: str, value: object) -> str:
@@ -170,6 +205,13 @@ def _describe(path: str, row: int, name: str, value: object) -> str:
     if name == "label":
         return f"{where}: bad label {value!r} (expected 0 or 1)"
     if name.startswith("I"):
+        if isinstance(value, float):
+            if math.isfinite(value) and value == math.floor(value):
+                return f"{where}: integer field {name} {value!r} is out of range (over 18 digits)"
+            what = "a whole number" if math.isfinite(value) else "finite"
+            return f"{where}: integer field {name} {value!r} is not {what}"
+        if isinstance(value, int):
+            return f"{where}: integer field {name} {value!r} is out of range (over 18 digits)"
         return f"{where}: non-numeric integer field {name} {value!r}"
     if isinstance(value, int):
         return f"{where}: categorical field {name} {value!r} is negative"
@@ -187,17 +229,17 @@ def table_to_batch(
     n = table.num_rows
     bad_any = np.zeros(n, np.bool_)
     bad_cols: list[tuple[str, np.ndarray]] = []
-    labels, bad = _labels(_column(table, "label"))
+    labels, bad = _labels(_column(table, "label"), path)
     bad_cols.append(("label", bad))
     ints = np.zeros((n, NUM_DENSE), np.int64)
     ipres = np.zeros((n, NUM_DENSE), np.bool_)
     for j, name in enumerate(CRITEO_DENSE):
-        ints[:, j], ipres[:, j], bad = _ints(_column(table, name), name)
+        ints[:, j], ipres[:, j], bad = _ints(_column(table, name), name, path)
         bad_cols.append((name, bad))
     cats = np.zeros((n, len(CRITEO_KEYS)), np.int64)
     cpres = np.zeros((n, len(CRITEO_KEYS)), np.bool_)
     for j, name in enumerate(CRITEO_KEYS):
-        cats[:, j], cpres[:, j], bad = _cats(_column(table, name), name)
+        cats[:, j], cpres[:, j], bad = _cats(_column(table, name), name, path)
         bad_cols.append((name, bad))
     for _, bad in bad_cols:
         bad_any |= bad
@@ -205,8 +247,7 @@ def table_to_batch(
     if n_bad and on_bad_record == "fail":
         r = int(np.flatnonzero(bad_any)[0])
         name = next(nm for nm, bad in bad_cols if bad[r])
-        value = table.column(name)[r].as_py()
-        raise DataError(_describe(path, row_start + r, name, value))
+        raise DataError(_describe(path, row_start + r, name, _value(table, name, r)))
     return columns_to_batch(
         list(CRITEO_KEYS), labels, ints, ipres, cats, cpres,
         keep=~bad_any if n_bad else None, bad_records=n_bad, index=index,
@@ -236,7 +277,10 @@ class ParquetReader:
         self.on_bad_record: OnBadRecord = on_bad_record
         self.keys: list[str] = list(CRITEO_KEYS)
         self.num_dense: int = NUM_DENSE
-        self.row_start, self.num_rows = split_range(pf.metadata.num_rows, eval_fraction, split)
+        total = pf.metadata.num_rows
+        self.row_start, self.num_rows = split_range(total, eval_fraction, split)
+        if split == "train" and self.num_rows == 0:
+            raise DataError(empty_split_message(self.path, total, "rows", eval_fraction))
 
     @property
     def num_batches(self) -> int:
@@ -248,7 +292,11 @@ class ParquetReader:
 
     def build(self, task: ParquetTask) -> SparseBatch:
         table = read_rows(task.path, task.row_start, task.num_rows)
-        return table_to_batch(table, task.path, task.row_start, self.on_bad_record, task.index)
+        try:
+            return table_to_batch(table, task.path, task.row_start, self.on_bad_record, task.index)
+        except pa.ArrowException as e:  # corrupt values that Arrow itself cannot convert
+            raise DataError(f"{task.path}: rows {task.row_start}..{task.row_start + task.num_rows - 1}"
+                            f" (0-based): cannot convert the Criteo columns ({e})") from e
 
 
 # --- test/helper: TSV -> Parquet ---------------------------------------------------------------

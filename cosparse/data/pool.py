@@ -5,15 +5,23 @@ never ``fork``: torch and numba threads make fork unsafe). Task ``i`` goes to wo
 its result is read back from worker ``i % N``, so the delivered sequence is the same whatever N is.
 Every queue is bounded (``queue_depth``); batches travel as plain numpy arrays. A worker's exception
 is re-raised in the main process with the same type and message. Workers are stopped on close(),
-on exhaustion, on error, on garbage collection and at interpreter exit.
+on exhaustion, on error, on garbage collection and at interpreter exit; when the main process
+dies, however it dies, each worker ends at once (a thread waits on its parent sentinel) and so
+does the fork server (``forkserver_guard``). multiprocessing's temporary directory carries the
+main process's owner tag (``cosparse.owner``), so a run killed outright leaves nothing that the
+next run does not sweep.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import pickle
 import queue
+import shutil
 import signal
+import tempfile
+import threading
 import time
 import traceback
 import weakref
@@ -21,8 +29,11 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from cosparse.batch import SparseBatch
+from cosparse.data import forkserver_guard
 from cosparse.data.reader import Reader
+from cosparse.lifeline import exit_with_sentinel
 from cosparse.link import LinkShaper
+from cosparse.owner import owner_tag
 
 _POLL_S = 0.5  # how often a waiting main process checks that its worker is alive
 
@@ -39,10 +50,29 @@ def _context(start_method: str | None) -> mp.context.BaseContext:
         raise ValueError("BatchStream: start method 'fork' is unsafe with torch/numba threads; "
                          "use 'forkserver' or 'spawn'")
     ctx = mp.get_context(start_method)
+    _own_temp_dir()
     if start_method == "forkserver":
-        # Import torch, numba and the readers once in the fork server, not in every worker.
-        ctx.set_forkserver_preload(["cosparse.data.preload"])
+        # The guard first (the fork server ends with its parent), then torch, numba and the
+        # readers, imported once in the fork server, not in every worker.
+        preload = ["cosparse.data.forkserver_guard", "cosparse.data.preload"]
+        if threading.current_thread() is threading.main_thread():  # (if this starts it)
+            preload.insert(1, forkserver_guard.MAIN_THREAD)
+        ctx.set_forkserver_preload(preload)
     return ctx
+
+
+def _own_temp_dir() -> None:
+    """Give multiprocessing's temporary directory (the fork server's socket lives there) this
+    process's owner tag instead of an anonymous ``pymp-*`` name: removed at exit as before, and
+    swept by the next run when this one is killed."""
+    from multiprocessing import process, util
+
+    config = process.current_process()._config  # what util.get_temp_dir() reads and sets
+    if config.get("tempdir") is not None:
+        return
+    tempdir = tempfile.mkdtemp(prefix=f"cosparse-mp-{owner_tag()}-")
+    util.Finalize(None, shutil.rmtree, args=(tempdir, True), exitpriority=-100)
+    config["tempdir"] = tempdir
 
 
 class WorkerExited(RuntimeError):
@@ -86,6 +116,9 @@ def _worker_main(codec: BatchCodec, in_q: Any, out_q: Any) -> None:
         pass
     out_q.cancel_join_thread()  # exit promptly even when nobody reads what is left
     parent = mp.parent_process()
+    if parent is not None and parent.sentinel is not None:
+        # at once when the main process dies, even in a build or a PS pull, not only when idle
+        exit_with_sentinel(parent.sentinel, f"data worker pid {os.getpid()}")
     try:
         _serve(codec, in_q, out_q, parent)
     finally:

@@ -3,7 +3,8 @@
 Spawns ``num_shards`` real server processes on free loopback ports (each binds port 0 and writes
 its endpoint to a ready file), waits until every one answers PING, registers the tables, and
 stops them (SIGTERM, then SIGKILL) on ``close()``, on context exit, at interpreter exit, and when
-the parent dies (``PR_SET_PDEATHSIG`` on Linux, plus the server's own parent-pid watch).
+the parent dies, however it dies (``cosparse.lifeline``: the server's parent-pid watch thread, plus
+``PR_SET_PDEATHSIG`` = SIGKILL when the main thread starts them).
 ``check()`` is the process watch: it raises ``PSUnavailable`` naming the shard and endpoint of an
 embedded process that has exited.
 """
@@ -11,9 +12,7 @@ embedded process that has exited.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import weakref
 from pathlib import Path
 
 from cosparse.config import TableConfig
+from cosparse.lifeline import pdeathsig
 from cosparse.link import LinkShaper
 from cosparse.ps.client import PSClient, PSUnavailable
 
@@ -35,19 +35,27 @@ def _close_all() -> None:
 atexit.register(_close_all)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+# Why shards outlived a dead trainer (issue 11, defect 5), found by experiment on Linux 2-core:
+# - PR_SET_PDEATHSIG was SIGTERM. It fires when the *thread* that forked the child exits, not the
+#   process: shards started from a thread that ends are signalled while the trainer lives
+#   (verified: both exit 1.5 s after such a thread ends). And SIGTERM only asks: the shard's
+#   handler sets a flag its request loop reads, then the interpreter shuts down, which took
+#   1.3-6 s on a loaded machine (a hung trainer of defect 1 killed with SIGTERM: shards gone
+#   after 6 s, the fork server after 7 s).
+# - The parent-pid watch ran only after 200 ms without a request: a shard kept busy never
+#   checked (verified: with PDEATHSIG off, a shard pinged every 50 ms was still running 10 s
+#   after its parent's SIGKILL, and exited 1.5 s after the pings stopped). Requests from the
+#   dead trainer's data workers, which also checked their parent only when idle, do that.
+# Now: PDEATHSIG is SIGKILL and set only from the main thread, and the shard watches its parent
+# on a thread of its own every 0.1 s whatever its request loop does (``lifeline``).
 
 
 class EmbeddedShards:
     """``num_shards`` local shard processes with data under ``data_dir/shard-<i>``.
 
     ``auth_key_file`` (HMAC secret) or ``curve_dir`` (keys from ``cosparse ps keygen``) turn on
-    authentication; ``client()`` then authenticates the same way.
+    authentication; ``client()`` then authenticates the same way. ``max_rows``: each shard's row
+    budget (``ps serve --max-rows``).
     """
 
     def __init__(
@@ -61,6 +69,7 @@ class EmbeddedShards:
         start_timeout_s: float = 60.0,
         extra_args: list[str] | None = None,
         restore: list[str] | None = None,
+        max_rows: int | None = None,
     ) -> None:
         if num_shards < 1:
             raise ValueError("num_shards must be >= 1")
@@ -69,6 +78,7 @@ class EmbeddedShards:
         self.auth_key_file = auth_key_file
         self.curve_dir = Path(curve_dir) if curve_dir is not None else None
         self.restore = restore  # per shard: the snapshot to start from (a trainer checkpoint's)
+        self.max_rows = max_rows  # each shard's row budget (ps serve --max-rows; None: its default)
         self.procs: list[subprocess.Popen] = []
         self.endpoints: list[str] = []
         self._closed = False
@@ -100,10 +110,12 @@ class EmbeddedShards:
                 cmd += ["--curve-secret", str(self.curve_dir / "server.key_secret")]
             if self.restore is not None:
                 cmd += ["--restore", self.restore[i]]
+            if self.max_rows is not None:
+                cmd += ["--max-rows", str(self.max_rows)]
             log = open(d / "server.log", "ab")  # noqa: SIM115 - closed after Popen took it
             try:
                 self.procs.append(subprocess.Popen(cmd + extra, stdin=subprocess.DEVNULL, stdout=log,
-                                                   stderr=log, preexec_fn=_die_with_parent))
+                                                   stderr=log, preexec_fn=pdeathsig()))
             finally:
                 log.close()
             ready.append(rf)

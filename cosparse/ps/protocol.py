@@ -12,11 +12,21 @@ A message is a list of ZeroMQ frames::
   message. At most ``MAX_TEXT`` bytes.
 * each array frame holds exactly ``prod(shape) * itemsize`` bytes, read with ``np.frombuffer``
   (zero copy, read-only).
-* ``mac`` (only with ``FLAG_HMAC``): HMAC-SHA256 of every preceding frame, each prefixed by its
-  length, with a shared secret.
+* ``mac`` (only with ``FLAG_HMAC``): HMAC-SHA256, with a shared secret, of the session nonce and
+  of every preceding frame, each prefixed by its length.
 
-Nothing that arrives from the network is unpickled, ever: ``decode`` validates every field and
-raises ``ProtocolError`` (with the error code to reply with) on anything malformed.
+Sessions (HMAC mode): a client first sends HELLO with a fresh random 16-byte client nonce (MACed
+with an empty session); the shard answers with a fresh random 16-byte session nonce, MACed under
+the client nonce (so an old HELLO reply cannot be fed to the client). Every later request on that
+connection is MACed under the session nonce, and its request id is a counter that must grow
+strictly on the connection: the shard keeps (nonce, last counter) per ZeroMQ routing identity,
+which is new for every connection. A replayed, reordered or cross-connection message therefore
+fails the MAC or the counter check. Replies are MACed under the same nonce, and the header's
+``FLAG_REPLY`` bit (covered by the MAC) keeps a reply from passing as a request.
+
+Nothing that arrives from the network is unpickled, ever: ``decode`` validates every field (shapes
+and sizes before any array is built) and raises ``ProtocolError`` (with the error code to reply
+with) on anything malformed.
 """
 
 from __future__ import annotations
@@ -38,6 +48,13 @@ DESC = struct.Struct("<BB6xQQ")
 MAX_ARRAYS = 8
 MAX_TEXT = 1 << 16
 MAX_ELEMENTS = 1 << 34
+MAX_DIM0 = 1 << 32  # any array's first dimension (rows), whatever its byte size
+MAX_DIM1 = 1 << 16  # the second dimension of a 2-D array (row width); zero is refused
+NONCE_BYTES = 16  # client and session nonces (HMAC mode)
+# a request of at most this many rows and row bytes fits any shard's limits (their floor)
+SMALL_REQUEST_ROWS = 4096
+SMALL_REQUEST_BYTES = 1 << 20
+MIN_MESSAGE_LIMIT = 2 << 20  # the smallest --max-message-bytes: a small request plus its text
 
 # --- op codes ---------------------------------------------------------------------------------
 OP_NONE = 0  # only in error replies to requests whose op could not be read
@@ -49,8 +66,10 @@ OP_PUSH_ROWS = 5
 OP_SNAPSHOT = 6
 OP_STATS = 7
 OP_DUMP = 8  # every row of a table with its state: (ids, rows)
+OP_HELLO = 9  # HMAC mode: open a session (client nonce in, session nonce out)
 OP_NAMES = {OP_PING: "PING", OP_REGISTER: "REGISTER", OP_PULL: "PULL", OP_PUSH: "PUSH",
-            OP_PUSH_ROWS: "PUSH_ROWS", OP_SNAPSHOT: "SNAPSHOT", OP_STATS: "STATS", OP_DUMP: "DUMP"}
+            OP_PUSH_ROWS: "PUSH_ROWS", OP_SNAPSHOT: "SNAPSHOT", OP_STATS: "STATS", OP_DUMP: "DUMP",
+            OP_HELLO: "HELLO"}
 
 # --- flags ------------------------------------------------------------------------------------
 FLAG_REPLY = 1 << 0
@@ -71,10 +90,14 @@ E_NOT_OWNER = 6
 E_AUTH = 7
 E_BAD_REQUEST = 8
 E_INTERNAL = 9
+E_LIMIT = 10  # over one of the shard's limits (message size, rows per request, table shape)
+E_SESSION = 11  # HMAC mode: no session on this connection (send HELLO first)
+E_FULL = 12  # the shard's row budget (ps serve --max-rows) is full
 ERROR_NAMES = {E_OK: "ok", E_BAD_FRAME: "bad frame", E_BAD_VERSION: "bad version",
                E_UNKNOWN_OP: "unknown op", E_BAD_DTYPE: "bad dtype", E_UNKNOWN_TABLE: "unknown table",
                E_NOT_OWNER: "ID not owned by this shard", E_AUTH: "authentication failed",
-               E_BAD_REQUEST: "bad request", E_INTERNAL: "internal error"}
+               E_BAD_REQUEST: "bad request", E_INTERNAL: "internal error",
+               E_LIMIT: "over a limit", E_SESSION: "no session", E_FULL: "shard full"}
 
 # --- dtypes -----------------------------------------------------------------------------------
 DTYPES: dict[int, np.dtype] = {1: np.dtype("<f4"), 2: np.dtype("<i8"), 3: np.dtype("<i4"),
@@ -104,8 +127,11 @@ class Message:
     arrays: list[np.ndarray] = field(default_factory=list)
 
 
-def _mac(key: bytes, frames: list) -> bytes:
+def mac(key: bytes, session: bytes, frames: list) -> bytes:
+    """HMAC-SHA256 of the session nonce and the frames, each prefixed by its length."""
     h = hmac.new(key, digestmod=hashlib.sha256)
+    h.update(struct.pack("<Q", len(session)))
+    h.update(session)
     for f in frames:
         mv = memoryview(f)
         h.update(struct.pack("<Q", mv.nbytes))
@@ -113,8 +139,11 @@ def _mac(key: bytes, frames: list) -> bytes:
     return h.digest()
 
 
-def encode(msg: Message, key: bytes | None = None) -> list:
-    """Frames of ``msg`` (arrays are sent from their own buffers: no copy when contiguous)."""
+def encode(msg: Message, key: bytes | None = None, session: bytes = b"") -> list:
+    """Frames of ``msg`` (arrays are sent from their own buffers: no copy when contiguous).
+
+    With ``key``, a trailing HMAC frame covers ``session`` (the connection's nonce) and the frames.
+    """
     if len(msg.arrays) > MAX_ARRAYS:
         raise ValueError(f"at most {MAX_ARRAYS} arrays per message")
     flags = msg.flags | (FLAG_HMAC if key is not None else 0)
@@ -137,14 +166,15 @@ def encode(msg: Message, key: bytes | None = None) -> list:
         raise ValueError("text frame too long")
     frames: list = [b"".join(parts), text, *bodies]
     if key is not None:
-        frames.append(_mac(key, frames))
+        frames.append(mac(key, session, frames))
     return frames
 
 
-def decode(frames: list, key: bytes | None = None) -> Message:
+def decode(frames: list, key: bytes | None = None, session: bytes = b"") -> Message:
     """Validate and decode frames (bytes, memoryviews or zmq.Frame); arrays are zero-copy views.
 
-    With ``key``, the HMAC frame is required and checked (constant-time compare).
+    With ``key``, the HMAC frame is required and checked (constant-time compare) under ``session``.
+    Every shape is checked against the frame sizes before any array is built.
     """
     bufs = [f.buffer if hasattr(f, "buffer") else memoryview(f) for f in frames]
     if not bufs or bufs[0].nbytes < HEADER.size:
@@ -168,7 +198,9 @@ def decode(frames: list, key: bytes | None = None) -> Message:
     if key is not None:
         if not has_mac:
             raise ProtocolError(E_AUTH, "message is not authenticated (no HMAC)", rid)
-        if not hmac.compare_digest(_mac(key, bufs[:-1]), bytes(bufs[-1])):
+        if bufs[-1].nbytes != hashlib.sha256().digest_size:
+            raise ProtocolError(E_AUTH, f"HMAC frame of {bufs[-1].nbytes} bytes", rid)
+        if not hmac.compare_digest(mac(key, session, bufs[:-1]), bytes(bufs[-1])):
             raise ProtocolError(E_AUTH, "HMAC does not match", rid)
     if op not in OP_NAMES and not (op == OP_NONE and flags & FLAG_REPLY):
         raise ProtocolError(E_UNKNOWN_OP, f"unknown op code {op}", rid)
@@ -185,6 +217,10 @@ def decode(frames: list, key: bytes | None = None) -> Message:
             raise ProtocolError(E_BAD_DTYPE, f"array {i}: unknown dtype code {code}", rid)
         if ndim not in (1, 2) or (ndim == 1 and s1 != 0):
             raise ProtocolError(E_BAD_FRAME, f"array {i}: bad rank {ndim}", rid)
+        # bound every dimension on its own: a zero in one must not let the other be anything
+        if s0 > MAX_DIM0 or (ndim == 2 and not 1 <= s1 <= MAX_DIM1):
+            raise ProtocolError(E_BAD_FRAME, f"array {i}: shape ({s0}, {s1}) is out of bounds "
+                                             f"(rows <= {MAX_DIM0}, width 1..{MAX_DIM1})", rid)
         shape = (s0,) if ndim == 1 else (s0, s1)
         n = s0 * (s1 if ndim == 2 else 1)
         if n > MAX_ELEMENTS:
@@ -195,9 +231,25 @@ def decode(frames: list, key: bytes | None = None) -> Message:
             raise ProtocolError(
                 E_BAD_FRAME, f"array {i}: {buf.nbytes} bytes, shape {shape} needs {n * dt.itemsize}",
                 rid)
-        arrays.append(np.frombuffer(buf, dtype=dt).reshape(shape))
+        try:
+            arrays.append(np.frombuffer(buf, dtype=dt).reshape(shape))
+        except ValueError as e:  # unreachable after the checks above; never escapes as non-protocol
+            raise ProtocolError(E_BAD_FRAME, f"array {i}: shape {shape}: {e}", rid) from e
     return Message(op=op, request_id=rid, flags=flags & ~FLAG_HMAC, arg=arg, error=error,
                    text=text, arrays=arrays)
+
+
+def peek_header(frames: list) -> tuple[int, int, int] | None:
+    """(op, flags, request id) of a message's header without validating the rest; None when the
+    first frame is not a header."""
+    try:
+        head = frames[0].buffer if hasattr(frames[0], "buffer") else memoryview(frames[0])
+        if head.nbytes >= HEADER.size and bytes(head[:4]) == MAGIC:
+            _, _, op, flags, rid, _, _, _, _ = HEADER.unpack_from(head, 0)
+            return int(op), int(flags), int(rid)
+    except Exception:  # noqa: BLE001 - any garbage: no header
+        pass
+    return None
 
 
 def peek_request_id(frames: list) -> int:

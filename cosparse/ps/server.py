@@ -6,6 +6,11 @@ is drained are the queue depth reported by STATS. Any malformed or refused reque
 reply (never a crash). The server binds 127.0.0.1 by default; a non-loopback bind needs
 authentication (an HMAC shared secret, ``--auth-key FILE``, or CURVE, ``--curve-secret FILE``).
 On start it restores the newest snapshot chain in ``--data-dir``; SNAPSHOT requests write there.
+
+Limits: a message over ``--max-message-bytes`` is refused (a single frame over it is cut by
+ZeroMQ's ``MAXMSGSIZE``, which drops that connection: it cannot be answered without reading it);
+rows per request, table shapes and the shard's row budget are ``ShardLimits``. With an HMAC key,
+every connection opens a session (HELLO) and each request's counter must grow: see ``protocol``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +30,21 @@ import zmq
 
 from cosparse.config import ConfigError
 from cosparse.ps import protocol as P
-from cosparse.ps.shard import NAME_RE, Shard, ShardError, SnapshotError, table_config_from_dict
+from cosparse.ps.shard import (
+    NAME_RE,
+    Shard,
+    ShardError,
+    ShardLimits,
+    SnapshotError,
+    table_config_from_dict,
+)
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+MAX_SESSIONS = 4096  # HMAC sessions kept (least recently used dropped: that client says HELLO again)
+MAX_ERROR_TEXT = 2000
+_ERROR_CODES = {"table": P.E_UNKNOWN_TABLE, "owner": P.E_NOT_OWNER, "limit": P.E_LIMIT,
+                "full": P.E_FULL}
 
 
 @dataclass
@@ -42,6 +60,8 @@ class ServeOptions:
     parent_pid: int | None = None
     restore: str | None = None  # a snapshot name in data_dir; default: the newest
     announce: str | None = None  # TCPStore HOST:PORT where this shard publishes its endpoint
+    limits: ShardLimits = field(default_factory=ShardLimits)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one request, all frames together
 
 
 def read_key_file(path: str | Path) -> bytes:
@@ -76,8 +96,11 @@ class Server:
         if host not in LOOPBACK and opts.auth_key is None and opts.curve_secret is None:
             raise ValueError(f"--bind {opts.bind}: a non-loopback bind requires authentication "
                              "(--auth-key FILE or --curve-secret FILE)")
+        if opts.max_message_bytes < P.MIN_MESSAGE_LIMIT:
+            raise ValueError(f"--max-message-bytes {opts.max_message_bytes}: at least "
+                             f"{P.MIN_MESSAGE_LIMIT}")
         self.opts = opts
-        self.shard = Shard(opts.shard, opts.num_shards)
+        self.shard = Shard(opts.shard, opts.num_shards, opts.limits)
         self.data_dir = Path(opts.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.restored = self.shard.restore(self.data_dir, opts.restore)
@@ -89,6 +112,9 @@ class Server:
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message_bytes)  # per frame: drops the peer
+        # HMAC sessions per connection (routing identity): [session nonce, last request counter]
+        self.sessions: OrderedDict[bytes, list] = OrderedDict()
         if opts.curve_secret:
             self._setup_curve(opts.curve_secret)
         addr = f"tcp://{host}:{'*' if port == 0 else port}"
@@ -154,33 +180,94 @@ class Server:
         self.ctx.term()
 
     def _handle(self, frames: list) -> None:
+        """Answer one message; whatever it holds, this never raises (the shard keeps serving)."""
         t0 = time.perf_counter()
+        try:
+            self._handle_one(frames)
+        except Exception as e:  # noqa: BLE001 - last resort: log it, keep serving
+            self.stats["errors"] += 1
+            print(f"cosparse ps: shard {self.shard.index}: could not answer a message: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        self.stats["busy_s"] += time.perf_counter() - t0
+
+    def _handle_one(self, frames: list) -> None:
         self.stats["requests"] += 1
-        self.stats["bytes_in"] += P.frames_nbytes(frames)
+        nbytes = P.frames_nbytes(frames)
+        self.stats["bytes_in"] += nbytes
         if len(frames) < 2:  # no identity + payload: nothing we can answer
             self.stats["errors"] += 1
             return
-        ident, body = frames[0], frames[1:]
+        ident, body = frames[0].bytes, frames[1:]
+        head = P.peek_header(body)
+        op, rid = (head[0], head[2]) if head is not None else (P.OP_NONE, 0)
+        if op not in P.OP_NAMES:
+            op = P.OP_NONE
+        reply_session: bytes | None = None  # the nonce that MACs the reply (None: no MAC)
         try:
-            req = P.decode(body, self.key)
-            reply = self._dispatch(req)
+            if nbytes - len(ident) > self.opts.max_message_bytes:
+                raise P.ProtocolError(P.E_LIMIT, f"message of {nbytes - len(ident)} bytes is over "
+                                                 f"shard {self.shard.index}'s limit of "
+                                                 f"{self.opts.max_message_bytes} (ps serve "
+                                                 "--max-message-bytes)", rid)
+            session = b""
+            sess: list = []
+            if self.key is not None and op != P.OP_HELLO:  # HELLO replies: MACed under its nonce
+                sess = self.sessions.get(ident) or []
+                if not sess:
+                    raise P.ProtocolError(P.E_SESSION, "no session on this connection (a new "
+                                                       "or expired one): send HELLO first", rid)
+                self.sessions.move_to_end(ident)
+                reply_session = session = sess[0]
+            req = P.decode(body, self.key, session)
+            if req.flags & P.FLAG_REPLY:
+                raise P.ProtocolError(P.E_BAD_FRAME, "a reply sent as a request", rid)
+            if self.key is not None and op != P.OP_HELLO:
+                if req.request_id <= sess[1]:
+                    raise P.ProtocolError(P.E_AUTH, f"replayed or reordered request: counter "
+                                                    f"{req.request_id}, this connection is at "
+                                                    f"{sess[1]}", rid)
+                sess[1] = req.request_id
+            if op == P.OP_HELLO:
+                reply, reply_session = self._hello(req, ident)
+            else:
+                reply = self._dispatch(req)
         except P.ProtocolError as e:
-            reply = self._error(e.code, str(e), e.request_id or P.peek_request_id(body), 0)
+            reply = self._error(e.code, str(e), e.request_id or rid, op)
         except ShardError as e:
-            code = {"table": P.E_UNKNOWN_TABLE, "owner": P.E_NOT_OWNER}.get(e.kind, P.E_BAD_REQUEST)
-            reply = self._error(code, str(e), req.request_id, req.op)
+            reply = self._error(_ERROR_CODES.get(e.kind, P.E_BAD_REQUEST), str(e), rid, op)
         except (ConfigError, SnapshotError, ValueError) as e:
-            reply = self._error(P.E_BAD_REQUEST, str(e), req.request_id, req.op)
+            reply = self._error(P.E_BAD_REQUEST, str(e), rid, op)
+        except MemoryError as e:
+            reply = self._error(P.E_INTERNAL, f"out of memory: {e}", rid, op)
         except Exception as e:  # noqa: BLE001 - the server must stay alive
-            reply = self._error(P.E_INTERNAL, f"{type(e).__name__}: {e}", P.peek_request_id(body), 0)
-        key = self.key if reply.error != P.E_AUTH else None
-        out = P.encode(reply, key)
+            reply = self._error(P.E_INTERNAL, f"{type(e).__name__}: {e}", rid, op)
+        key = self.key if reply_session is not None else None
+        out = P.encode(reply, key, reply_session or b"")
         self.stats["bytes_out"] += P.frames_nbytes(out)
         self.sock.send_multipart([ident, *out], copy=False)
-        self.stats["busy_s"] += time.perf_counter() - t0
+
+    def _hello(self, req: P.Message, ident: bytes) -> tuple[P.Message, bytes | None]:
+        """Open this connection's session: a fresh nonce, MACed under the client's nonce."""
+        _want(req.arrays, 1, P.OP_HELLO)
+        nonce = req.arrays[0]
+        if nonce.dtype != np.uint8 or nonce.shape != (P.NONCE_BYTES,):
+            raise P.ProtocolError(P.E_BAD_REQUEST, f"HELLO takes a {P.NONCE_BYTES}-byte uint8 nonce")
+        rep = P.Message(P.OP_HELLO, request_id=req.request_id, flags=P.FLAG_REPLY,
+                        arg=self.shard.index)
+        if self.key is None:  # no HMAC: nothing to open (a client with a key refuses this reply)
+            return rep, None
+        session = os.urandom(P.NONCE_BYTES)
+        self.sessions[ident] = [session, req.request_id]
+        self.sessions.move_to_end(ident)
+        while len(self.sessions) > MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+        rep.arrays = [np.frombuffer(session, dtype=np.uint8)]
+        return rep, nonce.tobytes()
 
     def _error(self, code: int, text: str, rid: int, op: int) -> P.Message:
         self.stats["errors"] += 1
+        if len(text) > MAX_ERROR_TEXT:
+            text = text[:MAX_ERROR_TEXT] + "..."
         return P.Message(op=op, request_id=rid, flags=P.FLAG_REPLY, error=code, text=text)
 
     def _dispatch(self, req: P.Message) -> P.Message:
@@ -189,7 +276,9 @@ class Server:
         sh = self.shard
         if op == P.OP_PING:
             rep.arg = sh.index
-            rep.text = json.dumps({"shard": sh.index, "num_shards": sh.num_shards, "pid": os.getpid()})
+            rep.text = json.dumps({"shard": sh.index, "num_shards": sh.num_shards, "pid": os.getpid(),
+                                   "max_message_bytes": self.opts.max_message_bytes,
+                                   "max_request_rows": sh.limits.max_request_rows})
         elif op == P.OP_REGISTER:
             try:
                 docs = json.loads(req.text)
@@ -200,6 +289,7 @@ class Server:
             rep.text = json.dumps(sh.register([table_config_from_dict(d) for d in docs]))
         elif op == P.OP_PULL:
             _want(a, 1, op)
+            self._check_reply_size(req.text, a[0].shape[0], bool(req.flags & P.FLAG_WITH_STATE))
             rows, versions, wc = sh.pull(req.text, a[0], bool(req.flags & P.FLAG_WITH_STATE),
                                          peek=bool(req.flags & P.FLAG_PEEK))
             rep.arrays, rep.arg = [rows, versions], wc
@@ -230,6 +320,18 @@ class Server:
         return rep
 
 
+    def _check_reply_size(self, table: str, n: int, with_state: bool) -> None:
+        t = self.shard.tables.get(table)
+        if t is None:
+            return  # the pull itself names the unknown table
+        nbytes = n * (t.width if with_state else t.dim) * 4
+        if nbytes > self.opts.max_message_bytes:
+            raise ShardError("limit", f"PULL of {n} rows of table '{table}' would make a "
+                                      f"{nbytes}-byte reply, over shard {self.shard.index}'s "
+                                      f"limit of {self.opts.max_message_bytes} (pull fewer rows "
+                                      "per request, or raise ps serve --max-message-bytes)")
+
+
 def _want(arrays: list[np.ndarray], n: int, op: int) -> None:
     if len(arrays) != n:
         raise P.ProtocolError(P.E_BAD_REQUEST, f"{P.OP_NAMES[op]} takes {n} arrays, got {len(arrays)}")
@@ -237,6 +339,10 @@ def _want(arrays: list[np.ndarray], n: int, op: int) -> None:
 
 def serve(opts: ServeOptions) -> int:
     """Run a shard until SIGTERM/SIGINT (or its parent exits, with ``parent_pid``)."""
+    if opts.parent_pid:  # a thread of its own: within 0.1 s of the parent's death, busy or not
+        from cosparse.lifeline import exit_when_orphaned
+
+        exit_when_orphaned(opts.parent_pid, f"PS shard {opts.shard}")
     try:
         server = Server(opts)
     except (ValueError, ConfigError, SnapshotError, OSError, zmq.ZMQError) as e:

@@ -13,6 +13,11 @@ holding ``.npy`` files (IDs, rows with state, versions per table) and a JSON man
 sha256 of every file, written into a temporary directory, fsynced and renamed into place; then
 ``root/LATEST`` names the newest one (also atomically). An incremental snapshot holds only rows
 dirtied since the previous snapshot and names it as its parent; ``restore`` follows the chain.
+
+Requests from the network are bounded (``ShardLimits``): tables per shard and their width, rows
+per request, and a row budget for the whole shard; each is refused with an error that names the
+limit and the option that sets it, before anything is allocated. Non-finite gradients and rows
+are refused, naming the table.
 """
 
 from __future__ import annotations
@@ -25,15 +30,18 @@ import re
 import shutil
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from cosparse.config import ConfigError, TableConfig, from_dict
+from cosparse.config_bounds import BOUNDS, INT64_MAX, INT64_MIN, numeric_leaves, pattern_of
 from cosparse.durable import fsync_dir
 from cosparse.optim import SparseOptimizer
-from cosparse.ps.protocol import shard_of
+from cosparse.owner import owner_tag, sweep
+from cosparse.ps.protocol import SMALL_REQUEST_ROWS, shard_of
 from cosparse.store import kernels
 from cosparse.store.resident import initial_rows
 from cosparse.store.tier import Tier
@@ -48,11 +56,35 @@ class ShardError(ValueError):
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind  # "table" | "owner" | "request"
+        self.kind = kind  # "table" | "owner" | "request" | "limit" | "full"
 
 
 class SnapshotError(RuntimeError):
     """A snapshot that cannot be written or restored (checksum, format, chain)."""
+
+
+@dataclass(frozen=True)
+class ShardLimits:
+    """What one shard accepts from its clients (``cosparse ps serve --max-*``).
+
+    The defaults leave room for the benchmarks (8 tables of 1M rows over 2 shards, batches of
+    4096) and bound what one request or one client can make a shard allocate.
+    """
+
+    max_rows: int = 1 << 27  # rows of every table together (the row budget)
+    max_request_rows: int = 1 << 20  # IDs in one PULL, PUSH or PUSH_ROWS
+    max_dim: int = 4096  # a table's embedding width
+    max_tables: int = 256
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{f.name} (ps serve --{f.name.replace('_', '-')}): must be a "
+                                 f"positive integer, got {v!r}")
+        if self.max_request_rows < SMALL_REQUEST_ROWS:  # clients send that many without asking
+            raise ValueError(f"max_request_rows (ps serve --max-request-rows): at least "
+                             f"{SMALL_REQUEST_ROWS}, got {self.max_request_rows}")
 
 
 def table_config_from_dict(d: dict) -> TableConfig:
@@ -62,6 +94,16 @@ def table_config_from_dict(d: dict) -> TableConfig:
         raise ConfigError(f"table.name: {cfg.name!r} is not a valid table name")
     if cfg.dim <= 0:
         raise ConfigError("table.dim: must be positive")
+    for key, v in numeric_leaves(cfg, "tables[0]"):  # the training config's ranges, over the wire
+        bound = BOUNDS.get(pattern_of(key))
+        if (isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX) or (
+                bound is not None and not bound.allows(v)):
+            what = bound.describe() if bound is not None else "a 64-bit integer"
+            raise ConfigError(f"table '{cfg.name}': {key.removeprefix('tables[0].')} must be "
+                              f"{what}, got {v!r}")
+    if cfg.init.kind == "uniform" and cfg.init.low > cfg.init.high:
+        raise ConfigError(f"table '{cfg.name}': init.low {cfg.init.low} is above init.high "
+                          f"{cfg.init.high}")
     return cfg
 
 
@@ -97,12 +139,17 @@ class ShardTable:
             v[: self.versions.shape[0]] = self.versions
             self.versions = v
 
-    def slots(self, ids: np.ndarray, create: bool = True) -> np.ndarray:
-        """Slots of ``ids``; absent IDs get fresh rows from (table seed, ID) when ``create``."""
+    def slots(self, ids: np.ndarray, create: bool = True, budget: int | None = None) -> np.ndarray:
+        """Slots of ``ids``; absent IDs get fresh rows from (table seed, ID) when ``create``.
+
+        ``budget``: at most this many new rows (else ``ShardError('full')``, nothing created)."""
         slots = self.tier.lookup(ids)
         missing = slots < 0
         if create and missing.any():
             new_ids = np.unique(ids[missing])  # duplicates of one new ID share one row
+            if budget is not None and new_ids.shape[0] > budget:
+                raise ShardError("full", f"table '{self.cfg.name}': {new_ids.shape[0]} new rows "
+                                         f"do not fit the {max(budget, 0)} rows left")
             new_slots = self.tier.alloc(new_ids.shape[0])
             self._fit_versions()
             initial_rows(self.cfg, self.width, new_ids, out=self.tier.slab_np, slots=new_slots)
@@ -137,11 +184,12 @@ class ShardTable:
 class Shard:
     """Shard ``index`` of ``num_shards``: owns the IDs with ``mix64(id) % num_shards == index``."""
 
-    def __init__(self, index: int, num_shards: int) -> None:
+    def __init__(self, index: int, num_shards: int, limits: ShardLimits | None = None) -> None:
         if not 0 <= index < num_shards:
             raise ValueError(f"shard index {index} is not in [0, {num_shards})")
         self.index = index
         self.num_shards = num_shards
+        self.limits = limits if limits is not None else ShardLimits()
         self.tables: dict[str, ShardTable] = {}
         self.write_counter = 0
         self.snapshot_seq = 0
@@ -151,11 +199,20 @@ class Shard:
     # --- tables -----------------------------------------------------------------------------
     def register(self, cfgs: list[TableConfig]) -> list[str]:
         """Add tables; re-registering one with the same config is a no-op, a different one fails."""
+        lim = self.limits
         for cfg in cfgs:
             old = self.tables.get(cfg.name)
             if old is not None and _canonical(old.cfg) != _canonical(cfg):
                 raise ShardError("request", f"table '{cfg.name}' is already registered with a "
                                             "different configuration")
+            if cfg.dim > lim.max_dim:
+                raise ShardError("limit", f"table '{cfg.name}': dim {cfg.dim} is over shard "
+                                          f"{self.index}'s limit of {lim.max_dim} (ps serve --max-dim)")
+        new = len({c.name for c in cfgs} - set(self.tables))
+        if len(self.tables) + new > lim.max_tables:
+            raise ShardError("limit", f"shard {self.index} holds {len(self.tables)} tables; {new} "
+                                      f"more would pass its limit of {lim.max_tables} "
+                                      "(ps serve --max-tables)")
         for cfg in cfgs:
             if cfg.name not in self.tables:
                 self.tables[cfg.name] = ShardTable(cfg)
@@ -168,9 +225,32 @@ class Shard:
                                       f"(registered: {', '.join(sorted(self.tables)) or 'none'})")
         return t
 
+    @property
+    def rows(self) -> int:
+        """Rows held in every table together (what the row budget counts)."""
+        return sum(t.rows for t in self.tables.values())
+
+    def _budget(self) -> int:
+        return self.limits.max_rows - self.rows
+
+    def _slots(self, t: ShardTable, ids: np.ndarray, create: bool = True) -> np.ndarray:
+        """``t.slots`` within the row budget: a request whose new rows do not fit creates none."""
+        try:
+            return t.slots(ids, create, self._budget())
+        except ShardError as e:
+            if e.kind != "full":
+                raise
+            raise ShardError("full", f"shard {self.index}'s row budget is full: it holds "
+                                     f"{self.rows} of {self.limits.max_rows} rows; {e} (raise ps "
+                                     "serve --max-rows / store.remote.max_rows, or add shards)") from e
+
     def _check_ids(self, ids: np.ndarray) -> np.ndarray:
         if ids.dtype != np.int64 or ids.ndim != 1:
             raise ShardError("request", "IDs must be a 1-D int64 array")
+        if ids.shape[0] > self.limits.max_request_rows:
+            raise ShardError("limit", f"{ids.shape[0]} IDs in one request; shard {self.index} "
+                                      f"takes at most {self.limits.max_request_rows} "
+                                      "(ps serve --max-request-rows)")
         if self.num_shards > 1:
             foreign = shard_of(ids, self.num_shards) != self.index
             if foreign.any():
@@ -186,7 +266,7 @@ class Shard:
         unless ``peek``: then they read their initial value, version -1, and nothing changes."""
         t = self.table(name)
         ids = self._check_ids(ids)
-        slots = t.slots(ids, create=not peek)
+        slots = self._slots(t, ids, create=not peek)
         found = slots >= 0
         if found.all():
             return t.read(slots, with_state), t.versions[slots], self.write_counter
@@ -213,8 +293,9 @@ class Shard:
                                         f"{grads.dtype} {list(grads.shape)}")
         if step < 1:
             raise ShardError("request", f"step must be >= 1, got {step}")
+        _check_finite(name, "gradients", ids, grads)
         self._check_unique(ids)
-        slots = t.slots(ids)
+        slots = self._slots(t, ids)
         t.apply(slots, grads, step)
         self.write_counter += 1
         return self.write_counter
@@ -226,8 +307,9 @@ class Shard:
         if rows.dtype != np.float32 or rows.shape != (ids.shape[0], t.width):
             raise ShardError("request", f"rows must be float32 [{ids.shape[0]}, {t.width}], got "
                                         f"{rows.dtype} {list(rows.shape)}")
+        _check_finite(name, "rows", ids, rows)
         self._check_unique(ids)
-        slots = t.slots(ids)
+        slots = self._slots(t, ids)
         t.write(slots, rows)
         self.write_counter += 1
         return self.write_counter
@@ -242,8 +324,9 @@ class Shard:
             "shard": self.index, "num_shards": self.num_shards, "write_counter": self.write_counter,
             "tables": {n: {"rows": t.rows, "bytes": t.rows * t.width * 4, "dim": t.dim,
                            "width": t.width} for n, t in self.tables.items()},
-            "rows": sum(t.rows for t in self.tables.values()),
+            "rows": self.rows,
             "last_snapshot": self.last_snapshot,
+            "limits": dataclasses.asdict(self.limits),
         }
 
     # --- snapshots --------------------------------------------------------------------------
@@ -256,7 +339,7 @@ class Shard:
         incremental = incremental and parent is not None
         seq = max(self.snapshot_seq, _seq_of(parent) if parent else 0) + 1
         name = f"{seq:08d}-{'incr' if incremental else 'full'}"
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=snaps))
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-{owner_tag()}-", dir=snaps))
         written: list[tuple[ShardTable, np.ndarray]] = []
         try:
             manifest = {"format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION,
@@ -296,6 +379,7 @@ class Shard:
         """Load the snapshot chain under ``root`` that ends at ``name`` (default: the newest);
         None when there is none."""
         root = Path(root)
+        sweep(root / "snapshots", [".tmp-"])  # what a shard killed mid-snapshot left
         latest = _read_latest(root) if name is None else name
         if latest is None:
             return None
@@ -339,6 +423,16 @@ class Shard:
         for t in self.tables.values():  # rows created by restore itself are clean
             t.tier.dirty[:] = False
         return latest
+
+
+def _check_finite(table: str, what: str, ids: np.ndarray, values: np.ndarray) -> None:
+    """Refuse NaN or infinite values: one would poison a row for good."""
+    ok = np.isfinite(values).all(axis=1)
+    if not ok.all():
+        bad = np.flatnonzero(~ok)
+        raise ShardError("request", f"table '{table}': refused {what} with NaN or infinite values "
+                                    f"in {bad.shape[0]} of {ids.shape[0]} rows (e.g. ID "
+                                    f"{int(ids[bad[0]])}); nothing was applied")
 
 
 def _seq_of(name: str) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from cosparse.config import (
 )
 from cosparse.report.html import write_report
 from cosparse.train.host_usage import HostUsage
+from cosparse.train.metrics import dumps_metrics
 from cosparse.train.trainer import Trainer
 
 _LINKS = {"worker_ps": "bytes.worker_ps", "trainer_ps.pull": "bytes.trainer_ps.pull",
@@ -151,7 +151,7 @@ def compare(config: str | Path, a: str, b: str, steps: int, out_dir: str | Path,
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(result, indent=1, sort_keys=True))
+    (out / "compare.json").write_text(dumps_metrics(result, indent=1, sort_keys=True))
     write_report(result, out / "report.html")
     log(f"compare: wrote {out / 'compare.json'} and {out / 'report.html'}")
     return result

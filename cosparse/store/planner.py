@@ -6,15 +6,23 @@ trains. Before planning p the planner waits until batch p-k-1 has trained and re
 the release points depend only on the data, so planning is deterministic. When the pinned window
 leaves no room, the planner waits for the oldest batch in flight, releases it and retries (a
 *lookahead shrink*, counted); the run goes on, only slower.
+
+The planner waits for the trainer, so a table never calls ``shrink()`` while holding a lock the
+trainer needs (see ``TieredTable.plan``). Every wait is bounded by the trainer's ``Progress``:
+a trainer that keeps training (or checkpointing, or evaluating) is progress; one silent for
+``stall_timeout_s`` raises ``StallError`` naming both sides.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Protocol
 
 import numpy as np
+
+from cosparse.stall import Progress
 
 
 class PlannedTable(Protocol):
@@ -38,6 +46,14 @@ class CachePlanner:
         self._released = 0  # batches whose pins are released
         self._cancelled = False
         self.shrinks = 0
+        self._trainer: Progress | None = None
+        self._stall_timeout_s = 0.0
+
+    def watch(self, trainer: Progress, stall_timeout_s: float) -> None:
+        """Bound every wait for the trainer: raise ``StallError`` when ``trainer`` makes no
+        progress for ``stall_timeout_s`` (0: wait without bound)."""
+        self._trainer = trainer
+        self._stall_timeout_s = stall_timeout_s
 
     def reset(self, seq: int) -> None:
         """Forget batches in flight (after a stop) and continue from batch ``seq``."""
@@ -59,6 +75,7 @@ class CachePlanner:
             self._cond.notify_all()
 
     def _wait_done(self, n: int, blocking: bool) -> None:
+        t0 = time.monotonic()
         with self._cond:
             while self._done < n:
                 if not blocking:
@@ -69,6 +86,12 @@ class CachePlanner:
                 if self._cancelled:
                     raise PlannerCancelled()
                 self._cond.wait(timeout=0.1)
+                if self._trainer is not None and self._done < n:
+                    self._trainer.check(
+                        "the cache planner (prefetch thread)",
+                        f"batch {n - 1} to train, to release its pinned rows",
+                        t0, self._stall_timeout_s,
+                    )
 
     def _release_through(self, n: int) -> None:
         while self._released < n:

@@ -106,7 +106,13 @@ class TieredTable(SlabRows):
             n_miss = miss_ids.shape[0]
             c.lookups += unique.shape[0]
             c.device_hits += int(hit.sum())
-            if not dev.make_room(n_miss, seq, lambda v: self._evict_device(v, seq), shrink):
+            try:
+                room = dev.make_room(n_miss, seq, lambda v: self._evict_device(v, seq),
+                                     lambda: self._unlocked(shrink))
+            except BaseException:  # cancelled or stalled while shrinking: unpin the hits
+                kernels.add_pins(slots[hit], dev.pins, -1)
+                raise
+            if not room:
                 kernels.add_pins(slots[hit], dev.pins, -1)
                 raise CapacityError(
                     f"table '{self.cfg.name}': the device tier holds {dev.capacity} rows but "
@@ -121,6 +127,17 @@ class TieredTable(SlabRows):
             dev.dirty[slots] = True  # the batch will train these rows
             self._pinned[seq] = slots
             return slots
+
+    def _unlocked(self, shrink: Callable[[], bool]) -> bool:
+        """Run ``shrink()`` (a wait for the trainer) without the table lock: the trainer may
+        need the lock meanwhile (a checkpoint's flush and export), so holding it would deadlock.
+        Every step of a plan before this point left the tiers consistent; the hits it has
+        pinned stay pinned, so nothing the trainer does can evict them."""
+        self.lock.release()
+        try:
+            return shrink()
+        finally:
+            self.lock.acquire()
 
     def _fill(self, ids: np.ndarray, dst: np.ndarray, delivered: DeliveredRowSource | None = None
               ) -> None:

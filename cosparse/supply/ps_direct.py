@@ -6,12 +6,15 @@ Prefetch stays exact by ordering. Batch p is planned (its rows pulled) while up 
 earlier batches may still be training; rows that one of those batches will update are not pulled
 then, but right before batch p trains, when every earlier push has completed. Which IDs are
 deferred depends only on the data, so the bytes moved are deterministic too.
+
+With ``check_versions`` (``train.check_versions``), every row is checked against the PS's
+version right before its batch trains (``cosparse.supply.versions``).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -19,6 +22,7 @@ import torch
 from cosparse.config import TableConfig
 from cosparse.ps.client import PSClient
 from cosparse.store.resident import SlabRows
+from cosparse.supply.versions import check_row_versions
 
 
 class PSDirectTable(SlabRows):
@@ -31,10 +35,13 @@ class PSDirectTable(SlabRows):
         self.client = client
         self.lookahead = lookahead
         self._recent: deque[np.ndarray] = deque(maxlen=max(lookahead, 1))
-        self._planned: deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = deque()
+        # per planned batch: unique IDs, their rows and the versions they were read at, and the
+        # positions deferred to the gather
+        self._planned: deque[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = deque()
         self._training: np.ndarray | None = None  # IDs of the batch between gather and push
         self.pulled_rows = 0
         self.deferred_rows = 0
+        self.check_versions = False  # debug: check every row against the PS before it trains
 
     def map_ids(self, ids: np.ndarray) -> np.ndarray:
         if self.cfg.hash_size is not None:
@@ -50,22 +57,27 @@ class PSDirectTable(SlabRows):
         else:
             deferred = np.zeros(unique.shape[0], dtype=np.bool_)
         rows = np.empty((unique.shape[0], self.dim), dtype=np.float32)
+        versions = np.full(unique.shape[0], -1, dtype=np.int64)
         now = ~deferred
         if now.any():
-            rows[now] = self.client.pull(self.cfg.name, unique[now]).rows
+            got = self.client.pull(self.cfg.name, unique[now])
+            rows[now], versions[now] = got.rows, got.versions
         self.pulled_rows += int(now.sum())
         self.deferred_rows += int(deferred.sum())
         if self.lookahead:
             self._recent.append(unique)
-        self._planned.append((unique, rows, np.flatnonzero(deferred)))
+        self._planned.append((unique, rows, versions, np.flatnonzero(deferred)))
         return np.arange(unique.shape[0], dtype=np.int64)
 
     def gather(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """The rows of the next batch to train (pulled at planning, or now if they were deferred)."""
-        unique, rows, deferred = self._planned.popleft()
+        unique, rows, versions, deferred = self._planned.popleft()
         if deferred.shape[0]:  # every earlier push has completed by now
-            rows[deferred] = self.client.pull(self.cfg.name, unique[deferred]).rows
+            got = self.client.pull(self.cfg.name, unique[deferred])
+            rows[deferred], versions[deferred] = got.rows, got.versions
             self.pulled_rows += int(deferred.shape[0])
+        if self.check_versions:
+            check_row_versions(self.client, self.cfg.name, unique, versions)
         self._training = unique
         w = torch.from_numpy(rows).to(self.device)
         return w, torch.empty(rows.shape[0], 0, device=self.device)
@@ -132,6 +144,10 @@ class PSCachedTable(SlabRows):
         self._ids_of: dict[int, np.ndarray] = {}
         self._order: deque[int] = deque()
         self._training: tuple[np.ndarray, np.ndarray] | None = None
+        # per device slot: the PS version of the cached copy (read at the miss, plus the writes
+        # this trainer made through it since), for ``check_versions``
+        self.versions = np.full(cache_rows, -1, dtype=np.int64)
+        self.check_versions = False
 
     map_ids = PSDirectTable.map_ids
 
@@ -167,12 +183,14 @@ class PSCachedTable(SlabRows):
             )
         if miss.shape[0]:
             # rows of batches in flight are cached and pinned, so a miss is never being updated
-            rows = self.client.pull(self.cfg.name, miss, with_state=True).rows
+            got = self.client.pull(self.cfg.name, miss, with_state=True)
+            rows = got.rows
             c.backing_hits += miss.shape[0]  # every miss is a trainer pull
             c.bytes_backing_device += rows.nbytes
             new = dev.alloc(miss.shape[0])
             zeros = np.zeros(miss.shape[0], dtype=np.float32)
             dev.put(miss, new, rows, zeros, zeros.astype(np.int64), False)
+            self.versions[new] = got.versions
             slots[~hit] = new
             kernels.add_pins(new, dev.pins, 1)
         dev.touch(slots, seq)
@@ -183,7 +201,10 @@ class PSCachedTable(SlabRows):
 
     def gather(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         seq = self._order.popleft()
-        self._training = (self._ids_of.pop(seq), slots)
+        ids = self._ids_of.pop(seq)
+        if self.check_versions:
+            check_row_versions(self.client, self.cfg.name, ids, self.versions[slots])
+        self._training = (ids, slots)
         return SlabRows.gather(self, slots)
 
     def apply_gradients(
@@ -198,6 +219,7 @@ class PSCachedTable(SlabRows):
             self.client.push(self.cfg.name, ids, grads, step)
         else:  # a device kernel may round differently: push the updated rows themselves
             self.client.push_rows(self.cfg.name, ids, self.dev.read(slots))
+        self.versions[slots] += 1  # the shards bump a row's version once per write
         self._training = None
 
     def release(self, seq: int) -> None:
@@ -223,5 +245,17 @@ class PSCachedTable(SlabRows):
     def load(self, state: dict[str, np.ndarray]) -> None:
         self.dev.remove(self.dev.occupied_slots())
         self.dev.pins[:] = 0
+        self.versions[:] = -1
         self.release_all()
         PSDirectTable.load(self, state)  # type: ignore[arg-type]
+
+
+def enable_version_checks(tables: Iterable[object]) -> int:
+    """Turn on the stale-read check (``train.check_versions``) for every PS-served table among
+    ``tables``; returns how many there are."""
+    n = 0
+    for t in tables:
+        if isinstance(t, PSDirectTable | PSCachedTable):
+            t.check_versions = True
+            n += 1
+    return n

@@ -1,5 +1,10 @@
 """Checkpoints: dense weights, dense optimizer, embedding rows with their optimizer state, the
 vocabulary, the reader position and RNG state, written atomically (temp dir, fsync, rename).
+
+Every file is fsynced before the rename that commits it (``dense.pt``, the tables, the metadata,
+then ``LATEST``), and so are the directories. The temporary directory is
+``.tmp-step_NNNNNNNN-<owner tag>`` (``cosparse.owner``): a save killed halfway leaves it, and the
+next run sweeps it once its owner is gone (``sweep_checkpoints``).
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ import numpy as np
 import torch
 
 from cosparse.durable import fsync_dir
+from cosparse.owner import owner_tag, sweep
 
 FORMAT_VERSION = 1
 _LATEST = "LATEST"
+TMP_PREFIX = ".tmp-step_"  # + NNNNNNNN-<owner tag>
 
 
 class CheckpointError(RuntimeError):
@@ -51,12 +58,15 @@ def save_checkpoint(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{state.step:08d}"
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    tmp = root / f".tmp-{final.name}-{owner_tag()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        torch.save(dense, tmp / "dense.pt")
+        with open(tmp / "dense.pt", "wb") as f:
+            torch.save(dense, f)
+            f.flush()
+            os.fsync(f.fileno())
         for name, arrays in tables.items():
             with open(tmp / f"table-{name}.npz", "wb") as f:
                 np.savez(f, **arrays)
@@ -84,13 +94,27 @@ def save_checkpoint(
         shutil.rmtree(final)
     os.replace(tmp, final)
     latest_tmp = root / f".{_LATEST}.tmp"
-    latest_tmp.write_text(final.name)
+    with open(latest_tmp, "w", encoding="utf-8") as f:
+        f.write(final.name)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(latest_tmp, root / _LATEST)
     fsync_dir(root)
-    old = sorted(p for p in root.glob("step_*") if p.is_dir())
+    old = checkpoints(root)
     for p in old[: max(0, len(old) - keep)]:
-        shutil.rmtree(p, ignore_errors=True)
+        if p != final:  # (a fresh run's first save into a directory of later steps)
+            shutil.rmtree(p, ignore_errors=True)
     return final
+
+
+def checkpoints(root: str | Path) -> list[Path]:
+    """The committed checkpoints under ``root``, oldest step first."""
+    return sorted(p for p in Path(root).glob("step_*") if p.is_dir())
+
+
+def sweep_checkpoints(root: str | Path) -> list[Path]:
+    """Remove the temporary directories of saves whose process is gone (killed mid-save)."""
+    return sweep(root, [TMP_PREFIX])
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

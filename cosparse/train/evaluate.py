@@ -6,13 +6,14 @@ import numpy as np
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Area under the ROC curve; NaN when only one class is present."""
+    """Area under the ROC curve; NaN (undefined) when only one class is present, or when a
+    score is NaN (a model whose weights are no longer finite ranks nothing)."""
     labels = np.asarray(labels, dtype=np.float64)
     scores = np.asarray(scores, dtype=np.float64)
     pos = labels > 0.5
     n_pos = int(pos.sum())
     n_neg = labels.shape[0] - n_pos
-    if n_pos == 0 or n_neg == 0:
+    if n_pos == 0 or n_neg == 0 or np.isnan(scores).any():
         return float("nan")
     order = np.argsort(scores, kind="mergesort")
     sorted_scores = scores[order]

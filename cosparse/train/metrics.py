@@ -1,11 +1,36 @@
-"""Run metrics: per-interval aggregation, JSON lines and TensorBoard scalars."""
+"""Run metrics: per-interval aggregation, JSON lines and TensorBoard scalars.
+
+An undefined metric (the AUC of a one-class eval split, the loss of an interval whose every
+batch was skipped) is NaN in memory and ``null`` in every JSON file or line written: JSON has no
+NaN. ``json_safe`` does that, and ``dumps_metrics`` dumps with ``allow_nan=False`` so that a
+non-finite value that escaped it fails loudly instead of writing invalid JSON.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float (in dicts, lists and tuples) replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:  # numpy / torch scalars
+        return json_safe(obj.item())
+    return obj
+
+
+def dumps_metrics(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps`` of metrics with undefined values as ``null`` (strict JSON)."""
+    return json.dumps(json_safe(obj), allow_nan=False, **kwargs)
 
 
 class MetricsSink:
@@ -25,7 +50,7 @@ class MetricsSink:
     def write(self, record: dict[str, Any]) -> None:
         record = {"time": time.time(), **record}
         if self._json is not None:
-            self._json.write(json.dumps(record, sort_keys=True) + "\n")
+            self._json.write(dumps_metrics(record, sort_keys=True) + "\n")
             self._json.flush()
         if self._tb is not None:
             step = int(record.get("step", 0))
@@ -53,14 +78,22 @@ class IntervalStats:
         self.steps = 0
         self.samples = 0
         self.loss_sum = 0.0
+        self.loss_steps = 0  # steps whose loss counts (not skipped)
+        self.skipped = 0
         self.stage_ms: dict[str, float] = {}
         self.started = time.perf_counter()
         self.step_ms: list[float] = []
 
-    def add_step(self, samples: int, loss: float, step_ms: float, stages: dict[str, float]) -> None:
+    def add_step(self, samples: int, loss: float, step_ms: float, stages: dict[str, float],
+                 skipped: bool = False) -> None:
+        """One step; a ``skipped`` one (no update, a non-finite loss) is not in the mean loss."""
         self.steps += 1
         self.samples += samples
-        self.loss_sum += loss
+        if skipped:
+            self.skipped += 1
+        else:
+            self.loss_sum += loss
+            self.loss_steps += 1
         self.step_ms.append(step_ms)
         for k, v in stages.items():
             self.stage_ms[k] = self.stage_ms.get(k, 0.0) + v
@@ -69,7 +102,9 @@ class IntervalStats:
         elapsed = time.perf_counter() - self.started
         n = max(self.steps, 1)
         out = {
-            "loss": self.loss_sum / n,
+            # NaN (written as null) when every step of the interval was skipped
+            "loss": self.loss_sum / self.loss_steps if self.loss_steps else
+            (math.nan if self.steps else 0.0),
             "samples_per_s": self.samples / elapsed if elapsed > 0 else 0.0,
         }
         if self.step_ms:

@@ -7,6 +7,9 @@ The background thread runs its numba kernels on one thread: it overlaps with the
 compute, which already holds the cores, and a parallel region of its own there slowed the
 trainer's backward by 1.7x (DIN on 2 cores: 12.1k -> 21.4k samples/s with it serial).
 Numba's thread count is per calling thread, so the trainer's own kernels keep theirs.
+
+The consumer's wait is bounded: the thread beats its ``Progress`` for every batch it hands over,
+and a consumer that hears nothing for ``stall_timeout_s`` raises ``StallError`` naming both.
 """
 
 
@@ -20,14 +23,19 @@ from typing import Any
 
 import numba
 
+from cosparse.stall import Progress
+
 _DONE = object()
 
 
 class Prefetcher:
     """Iterates ``fn(item)`` for each item of ``source``, up to ``lookahead`` items ahead."""
 
-    def __init__(self, source: Iterable[Any], fn: Callable[[Any], Any], lookahead: int) -> None:
+    def __init__(self, source: Iterable[Any], fn: Callable[[Any], Any], lookahead: int,
+                 stall_timeout_s: float = 0.0) -> None:
         self._source = source
+        self._stall_timeout_s = stall_timeout_s
+        self.progress = Progress("the prefetch thread (data stream, ID prep and cache planning)")
         self._fn = fn
         self._lookahead = lookahead
         self.wait_ms = 0.0
@@ -38,8 +46,9 @@ class Prefetcher:
     def _run(self) -> None:
         numba.set_num_threads(1)  # see the module docstring
         try:
-            for item in self._source:
+            for n, item in enumerate(self._source):
                 out = self._fn(item)
+                self.progress.beat(f"prepared and planned batch {n} of this stream")
                 while not self._stop.is_set():
                     try:
                         self._queue.put(out, timeout=0.1)
@@ -67,13 +76,27 @@ class Prefetcher:
         self._thread.start()
         while True:
             t0 = time.perf_counter()
-            out = self._queue.get()
+            out = self._get()
             self.wait_ms += (time.perf_counter() - t0) * 1e3
             if out is _DONE:
                 return
             if isinstance(out, BaseException):
                 raise out
             yield out
+
+    def _get(self) -> Any:
+        """The next item, waiting while the thread makes progress."""
+        t0 = time.monotonic()
+        while True:
+            try:
+                return self._queue.get(timeout=0.25)
+            except queue.Empty:
+                assert self._thread is not None
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("the prefetch thread ended without handing over its "
+                                       "result") from None
+                self.progress.check("the trainer", "its next batch", t0,
+                                    self._stall_timeout_s)
 
     def close(self) -> None:
         self._stop.set()

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numba
@@ -19,15 +20,19 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from cosparse.batch import SparseBatch, concat_batches
 from cosparse.config import Config, ConfigError
 from cosparse.data import BatchStream
 from cosparse.data.pool import WorkerExited
 from cosparse.link import Links
 from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
 from cosparse.nn.models import build_model
+from cosparse.owner import owner_tag
+from cosparse.ps import snapshots
 from cosparse.ps.client import PSClient
 from cosparse.ps.discovery import discover, store_address_from_env
 from cosparse.ps.embedded import EmbeddedShards
+from cosparse.stall import Progress
 from cosparse.supply.collaborative import (
     CollaborativeCodec,
     CollaborativeSupply,
@@ -42,13 +47,16 @@ from cosparse.supply.collaborative.writeback_log import LoggedRemote
 from cosparse.train.checkpoint import (
     CheckpointError,
     TrainState,
+    checkpoints,
     load_checkpoint,
     read_meta,
     save_checkpoint,
 )
 from cosparse.train.evaluate import log_loss, roc_auc
 from cosparse.train.inputs import ModelInputs, model_inputs
+from cosparse.train.leftovers import earlier_snapshots, stale_snapshots_error, sweep_dead_runs
 from cosparse.train.metrics import IntervalStats, MetricsSink
+from cosparse.train.nonfinite import NonFiniteLoss
 from cosparse.train.prefetch import Prefetcher
 from cosparse.train.sizing import SizingReport, describe, measure_dense_bytes, size_tiers
 
@@ -80,6 +88,11 @@ class Trainer:
         ``stream_factory(start_batch)``: the training batches of an epoch, instead of a data
         stream of this trainer's own (a multi-model run hands each model its view)."""
         self.log = log or (lambda msg: tqdm.write(msg))
+        swept = sweep_dead_runs(cfg)  # what runs that are gone left: never a live run's
+        if swept:
+            self.log(f"swept {len(swept)} leftovers of runs that are gone: "
+                     f"{', '.join(str(p) for p in swept[:5])}{' ...' if len(swept) > 5 else ''}")
+        self._earlier_snapshots: dict[str, str] = {}  # refused at run() unless resumed
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
             numba.set_num_threads(min(cfg.train.threads, numba.config.NUMBA_NUM_THREADS))
@@ -123,10 +136,13 @@ class Trainer:
         self.sink = MetricsSink(cfg.train.metrics_json, cfg.train.tensorboard_dir)
         self.losses: list[float] = []
         self.bad_records = 0
+        self.skipped_batches = 0  # batches whose loss was not finite (train.on_nonfinite)
         self.wire_bytes = 0  # bytes of every batch message on the worker->trainer link
         self.features_computed = 0  # feature computations behind the batches trained
         self.delivering_pids: set[int] = set()  # processes whose PS pulls delivered rows
         self.data_worker_pids: set[int] = set()  # every data-worker process started
+        self.progress = Progress("the trainer")  # what the planner and prefetch waits watch
+        self._saves = 0  # checkpoints this process committed
 
     def _install_tiers(self) -> None:
         """Dense first, sparse the rest: size the tiers from a dry run and the first batches."""
@@ -155,9 +171,10 @@ class Trainer:
             if remote.embedded:
                 data_dir = remote.data_dir
                 if data_dir is None:
-                    data_dir = self._ps_tmp = tempfile.mkdtemp(prefix="cosparse-ps-")
+                    data_dir = self._ps_tmp = tempfile.mkdtemp(prefix=f"cosparse-ps-{owner_tag()}-")
+                self._earlier_snapshots = earlier_snapshots(cfg)
                 self.shards = EmbeddedShards(remote.num_shards, cfg.tables, data_dir,
-                                             auth_key_file=remote.auth_key)
+                                             auth_key_file=remote.auth_key, max_rows=remote.max_rows)
                 self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s, self.links.trainer_ps)
             else:
                 endpoints = remote.endpoints
@@ -192,6 +209,10 @@ class Trainer:
             admit_after=cfg.store.admit_after,
             ps_client=self.ps if arch_a else None, remote_tier=None if arch_a else remote,
         )
+        if cfg.train.check_versions:  # debug: every row checked against the PS before it trains
+            from cosparse.supply.ps_direct import enable_version_checks
+
+            enable_version_checks(ec.tables.values())
         if collaborative:
             self._start_collaborative(ec, remote)  # type: ignore[arg-type]
         return ec
@@ -252,20 +273,51 @@ class Trainer:
 
         def snapshot_shards() -> dict[str, Any]:
             assert self.ps is not None
-            names = self.ps.snapshot(incremental=ck.incremental)
+            self.progress.beat(f"checkpoint at step {self.state.step}: PS snapshots")
+            # a full snapshot every `keep` saves, so pruning can drop the chains before it
+            full = self._saves % max(1, ck.keep) == 0
+            names = self.ps.snapshot(incremental=ck.incremental and not full)
             return {"ps": {"num_shards": self.ps.num_shards, "step": self.state.step,
                            "snapshots": [names[i] for i in range(self.ps.num_shards)]}}
 
-        path = save_checkpoint(
-            ck.dir,  # type: ignore[arg-type]
-            self.state,
-            dense,
-            self.ec.export_rows(skip_ps=self._ps_durable),
-            dataclasses.asdict(self.cfg),
-            keep=ck.keep,
-            before_commit=snapshot_shards if self._ps_durable else None,
-        )
+        self.progress.beat(f"checkpoint at step {self.state.step}: exporting rows")
+        try:
+            path = save_checkpoint(
+                ck.dir,  # type: ignore[arg-type]
+                self.state,
+                dense,
+                self.ec.export_rows(skip_ps=self._ps_durable),
+                dataclasses.asdict(self.cfg),
+                keep=ck.keep,
+                before_commit=snapshot_shards if self._ps_durable else None,
+            )
+        except OSError as e:  # disk full, quota, I/O error: nothing of this save is committed
+            raise CheckpointError(
+                f"writing the checkpoint of step {self.state.step} under {ck.dir} failed: "
+                f"{e.strerror or e}; nothing of it was committed and the previous checkpoint "
+                "is intact (free disk space, then rerun with --resume)"
+            ) from e
+        self._saves += 1
         self.log(f"checkpoint: step {self.state.step} -> {path}")
+        self._prune_snapshots()
+
+    def _prune_snapshots(self) -> None:
+        """Keep the PS snapshots that the checkpoints on disk name (each with the chain it needs)
+        and the shards' newest; remove the others. Embedded shards only (their disk is ours)."""
+        if self.shards is None or not self._ps_durable:
+            return
+        keep: list[set[str]] = [set() for _ in range(self.shards.num_shards)]
+        for path in checkpoints(self.cfg.train.checkpoint.dir):  # type: ignore[arg-type]
+            try:
+                names = read_meta(path).get("ps", {}).get("snapshots") or []
+            except FileNotFoundError:  # pruned meanwhile
+                continue
+            except (OSError, ValueError, CheckpointError):  # unreadable: prune nothing
+                return
+            for i, name in enumerate(names[: len(keep)]):
+                keep[i].add(name)
+        for i, names in enumerate(keep):
+            snapshots.prune(self.shards.data_dir / f"shard-{i}", names)
 
     def _restart_shards_from(self, ps_meta: dict[str, Any]) -> None:
         """Bring the PS to the snapshots a checkpoint names: restart embedded shards from them,
@@ -275,12 +327,14 @@ class Trainer:
             raise CheckpointError(f"checkpoint was taken with {len(names)} PS shards, the config "
                                   "has a different number (store.remote)")
         if remote.embedded:
+            self._earlier_snapshots = {}  # the run they belong to goes on
             if self.ps is not None:
                 self.ps.close()
             if self.shards is not None:
                 self.shards.close()
             self.shards = EmbeddedShards(remote.num_shards, self.cfg.tables, remote.data_dir,
-                                         auth_key_file=remote.auth_key, restore=names)
+                                         auth_key_file=remote.auth_key, restore=names,
+                                         max_rows=remote.max_rows)
             self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s)
             self.model.ec = self.ec = self._ps_collection()
             return
@@ -316,10 +370,19 @@ class Trainer:
         logits = self.model(prepared)
         labels = batch.labels.to(self.device, non_blocking=True)
         loss = F.binary_cross_entropy_with_logits(logits, labels)
+        value = float(loss.detach())  # checked before any update is applied
         t1 = time.perf_counter()
-        loss.backward()
+        finite = math.isfinite(value)
+        if not finite and self.cfg.train.on_nonfinite == "stop":
+            raise NonFiniteLoss(self.state.step + 1, value, self.state.epoch,
+                                self.state.batch_in_epoch)
+        if finite:
+            loss.backward()
         t2 = time.perf_counter()
-        self.dense_opt.step()
+        if finite:
+            self.dense_opt.step()
+        # skip_batch: no backward, so no row has a gradient and apply_gradients updates nothing;
+        # it still ends the batch (the planner's pins, the step count)
         self.ec.apply_gradients()
         t3 = time.perf_counter()
         supply = self.ec.stage_ms["supply"] - supply0
@@ -331,11 +394,13 @@ class Trainer:
             "prep": prepared.prep_ms,
             "plan": prepared.plan_ms,
         }
-        return float(loss.detach())
+        return value
 
     def run(self, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
         """Train up to ``steps`` in all (default ``train.steps``); evaluate at the end unless
         ``evaluate`` is False. Returns the last interval's metrics (and the evaluation)."""
+        if self._earlier_snapshots:  # not resumed from them: this run would train on old rows
+            raise stale_snapshots_error(self.cfg, self._earlier_snapshots)
         total = steps if steps is not None else self.cfg.train.steps
         cfg = self.cfg
         stats = IntervalStats()
@@ -357,7 +422,9 @@ class Trainer:
                 self.stream = stream  # the live data stream (its worker pids: ``stream.pids``)
                 self.data_worker_pids.update(stream.pids)
                 staged = self.ec.staged(stream, cfg.supply.horizon)
-                prefetch = Prefetcher(staged, lambda prepared: prepared, cfg.supply.lookahead)
+                self.ec.planner.watch(self.progress, cfg.train.stall_timeout_s)
+                prefetch = Prefetcher(staged, lambda prepared: prepared, cfg.supply.lookahead,
+                                      cfg.train.stall_timeout_s)
                 failure: str | None = None
                 try:
                     for prepared in prefetch:
@@ -402,6 +469,11 @@ class Trainer:
         wait0 = prefetch.wait_ms
         loss = self._train_step(prepared)
         self.losses.append(loss)
+        skipped = not math.isfinite(loss)  # (train.on_nonfinite: skip_batch; stop raised)
+        if skipped:
+            self.skipped_batches += 1
+            self.log(f"step {self.state.step + 1}: the loss is {loss}; batch skipped, no update "
+                     "applied (train.on_nonfinite: skip_batch)")
         self.bad_records += prepared.batch.bad_records
         self.wire_bytes += prepared.batch.wire_bytes
         self.features_computed += prepared.batch.features_computed
@@ -409,10 +481,12 @@ class Trainer:
             self.delivering_pids.add(prepared.batch.delivery.worker_pid)
         self.state.step += 1
         self.state.batch_in_epoch += 1
+        self.progress.beat(f"trained step {self.state.step}")
         if self.supply is not None:
             self.supply.on_step(self.state.step)
         stages = dict(self._stages, read=prefetch.wait_ms - wait0)
-        stats.add_step(prepared.batch.batch_size, loss, (time.perf_counter() - t0) * 1e3, stages)
+        stats.add_step(prepared.batch.batch_size, loss, (time.perf_counter() - t0) * 1e3, stages,
+                       skipped=skipped)
         bar.update(1)
         last = None
         if self.state.step % cfg.train.log_every == 0 or self.state.step == total:
@@ -427,6 +501,7 @@ class Trainer:
     def _log_interval(self, stats: IntervalStats, bar: tqdm | None) -> dict[str, Any]:
         rec = {"kind": "train", "step": self.state.step, **stats.summary()}
         rec["bad_records"] = self.bad_records
+        rec["skipped_batches"] = self.skipped_batches
         if self.cfg.features.spec and self.stream_factory is None:  # (a shared stream counts)
             rec["features.computed"] = self.features_computed
         for name, n in self.ec.unique_ids.items():
@@ -516,13 +591,28 @@ class Trainer:
             })
         return out
 
+    def _eval_batches(self, stream: BatchStream) -> Iterator[SparseBatch]:
+        """The eval stream's batches joined into at least ``data.eval_batch_size`` samples: one
+        dedup, one read of the rows (no planning, no pins) and one forward for each."""
+        d = self.cfg.data
+        want = d.eval_batch_size or max(d.batch_size, 1024)
+        group: list[SparseBatch] = []
+        for batch in stream:
+            group.append(batch)
+            if sum(b.batch_size for b in group) >= want:
+                yield concat_batches(group)
+                group = []
+        if group:
+            yield concat_batches(group)
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """AUC and log loss over the whole eval split (the tables are not modified)."""
         self.model.eval()
         scores, labels = [], []
         with BatchStream(self.eval_reader, self.cfg.data.workers, self.cfg.data.queue_depth) as s:
-            for batch in s:
+            for batch in self._eval_batches(s):
+                self.progress.beat(f"evaluating at step {self.state.step}")
                 logits = self.model(self.ec.prepare(batch))
                 scores.append(torch.sigmoid(logits).float().cpu().numpy())
                 labels.append(batch.labels.numpy())

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cosparse.config import Config
+from cosparse.train.metrics import dumps_metrics
 from cosparse.tune.cache_sim import DEFAULT_DECAY
 from cosparse.tune.plan import DEFAULT_CAPACITIES, plan_tables, plan_to_json
 from cosparse.tune.report import format_plan, plot_plan
@@ -38,7 +38,7 @@ def run_plan(
     doc = plan_to_json(plans, meta)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "plan.json").write_text(json.dumps(doc, indent=1, sort_keys=False))
+    (out / "plan.json").write_text(dumps_metrics(doc, indent=1, sort_keys=False))
     png = plot_plan(plans, out / "plan.png")
     print(format_plan(plans))
     print(f"\nwrote {out / 'plan.json'} and {png}", file=sys.stdout)

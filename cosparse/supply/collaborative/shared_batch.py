@@ -2,9 +2,9 @@
 data worker to the trainer without pickling.
 
 The worker writes every array into a file in a shared-memory directory (``/dev/shm`` where
-there is one) and sends only the file name and the layout (names, dtypes, shapes, offsets). The
-trainer maps the file copy-on-write, takes numpy views (no copy), and unlinks the file at once:
-the mapping lives until the last view is dropped.
+there is one; its name carries the trainer's owner tag) and sends only the file name and the
+layout (names, dtypes, shapes, offsets). The trainer maps the file copy-on-write, takes numpy
+views (no copy), and unlinks the file at once: the mapping lives until the last view is dropped.
 """
 
 from __future__ import annotations
@@ -16,15 +16,25 @@ from pathlib import Path
 
 import numpy as np
 
+from cosparse.owner import owner_tag
+
 _ALIGN = 64
 
 Layout = list[tuple[str, str, tuple[int, ...], int]]  # (name, dtype, shape, offset)
 
 
+def shared_base() -> str:
+    """Where shared-memory files go: ``/dev/shm`` where there is one, else the temp dir."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    return tempfile.gettempdir()
+
+
 def shared_dir(prefix: str = "cosparse-") -> str:
-    """A new private directory in shared memory (``/dev/shm``), or the temp dir without one."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix=prefix, dir=base)
+    """A new private directory in shared memory, named ``<prefix><owner tag>-<random>``: the
+    trainer removes it when it closes, and if it dies first, the next run sweeps it
+    (``cosparse.owner``)."""
+    return tempfile.mkdtemp(prefix=f"{prefix}{owner_tag()}-", dir=shared_base())
 
 
 def write_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> tuple[Layout, int]:

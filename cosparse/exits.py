@@ -1,0 +1,126 @@
+"""Exit codes of the command line: every run-time failure ends in one clear line.
+
+Each failure class maps to an exit code, a name for what failed and what to do about it. The
+CLI prints ``cosparse: <what>: <message> (<what to do>)`` on stderr and exits with the code;
+``--debug`` prints the traceback as well. The README's "Failure behaviour" table lists them.
+
+| code | failure                                                                 |
+|------|-------------------------------------------------------------------------|
+| 0    | success                                                                 |
+| 1    | an internal error (a bug): the message asks for ``--debug``            |
+| 2    | configuration or usage (bad key or value, a store too small, --fresh)  |
+| 3    | data (a bad record, with file:line:column)                              |
+| 4    | the PS: a shard unreachable, silent or refusing our key                 |
+| 5    | a data worker died, or the rows it delivered were unusable              |
+| 6    | a stall: a wait whose other side made no progress (train.stall_timeout_s) |
+| 7    | a checkpoint could not be written (disk full, I/O error) or read        |
+| 8    | the loss became NaN or infinite (train.on_nonfinite: stop)              |
+| 130  | interrupted (Ctrl-C)                                                    |
+| 143  | terminated (SIGTERM)                                                    |
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+OK, INTERNAL, USAGE, DATA, PS, WORKER, STALL, CHECKPOINT, NONFINITE = 0, 1, 2, 3, 4, 5, 6, 7, 8
+INTERRUPTED, TERMINATED = 130, 143
+TERM_GRACE_S = 15.0  # after SIGTERM, the cleanup's bound: then the process exits regardless
+
+_RESUME = "rerun with --resume CHECKPOINT_DIR to go on from the last checkpoint"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How one class of failure is reported."""
+
+    code: int
+    what: str
+    advice: str
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C, so every ``finally`` stops its processes."""
+
+
+def _classify(e: BaseException) -> Failure:
+    """The failure class of ``e`` (imports lazily: ``cosparse --help`` loads no torch)."""
+    from cosparse.config import ConfigError
+    from cosparse.data.errors import DataError
+    from cosparse.data.pool import WorkerExited
+    from cosparse.ps.client import PSAuthError, PSError, PSUnavailable
+    from cosparse.stall import StallError
+    from cosparse.store.types import CapacityError
+    from cosparse.supply.collaborative import DeliveryError, SupplyFailure
+    from cosparse.supply.versions import StaleRowError
+    from cosparse.train.checkpoint import CheckpointError
+    from cosparse.train.nonfinite import NonFiniteLoss
+
+    if isinstance(e, KeyboardInterrupt):
+        return Failure(INTERRUPTED, "interrupted", _RESUME)
+    if isinstance(e, Terminated):
+        return Failure(TERMINATED, "terminated (SIGTERM)", _RESUME)
+    if isinstance(e, DataError):
+        return Failure(DATA, "data error", "fix the record, or set data.on_bad_record: skip")
+    if isinstance(e, PSAuthError):
+        return Failure(PS, "PS authentication failed",
+                       "give the trainer and the shards the same key (store.remote.auth_key)")
+    if isinstance(e, PSUnavailable | PSError):
+        return Failure(PS, "PS unavailable", f"check or restart the shard, then {_RESUME}")
+    if isinstance(e, WorkerExited | SupplyFailure | DeliveryError):
+        return Failure(WORKER, "data worker failed",
+                       f"set supply.fallback: ps-direct to go on without it, or {_RESUME}")
+    if isinstance(e, StallError):
+        return Failure(STALL, "hang detected", _RESUME)
+    if isinstance(e, CheckpointError):
+        return Failure(CHECKPOINT, "checkpoint error", "")  # the message says what to do
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return Failure(CHECKPOINT, "disk full", f"free disk space, then {_RESUME}")
+    if isinstance(e, NonFiniteLoss):
+        return Failure(NONFINITE, "non-finite loss", "")  # the message says what to do
+    if isinstance(e, StaleRowError):  # train.check_versions caught the engine reading old rows
+        return Failure(INTERNAL, "stale row", "an engine bug: report it with this line")
+    if isinstance(e, ConfigError | CapacityError | ValueError):  # FeatureSpecError too
+        return Failure(USAGE, "error", "")
+    return Failure(INTERNAL, f"internal error ({type(e).__name__})",
+                   "rerun with --debug for the traceback, and report it")
+
+
+def report(e: BaseException, debug: bool = False) -> int:
+    """Print ``e`` as one line (plus the traceback with ``debug``); return its exit code."""
+    f = _classify(e)
+    if debug:
+        traceback.print_exception(e, file=sys.stderr)
+    text = str(e).strip() or type(e).__name__
+    advice = f" ({f.advice})" if f.advice else ""
+    print(f"cosparse: {f.what}: {text}{advice}", file=sys.stderr)
+    return f.code
+
+
+def run_reported(body: Callable[[], int], debug: bool = False) -> int:
+    """Run a command; any failure becomes one line and its exit code. SIGTERM unwinds the
+    command (its ``finally`` blocks stop the processes it started) like Ctrl-C does, within
+    ``TERM_GRACE_S``; a second SIGTERM, or a cleanup that overruns, exits at once with 143."""
+
+    def on_term(signum: int, frame: object) -> None:
+        # unwind now; if the cleanup itself hangs, exit anyway (the children watch this process)
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(TERMINATED))  # a second one: at once
+        deadline = threading.Timer(TERM_GRACE_S, os._exit, (TERMINATED,))
+        deadline.daemon = True
+        deadline.start()
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return body()
+    except (Exception, KeyboardInterrupt, Terminated) as e:
+        return report(e, debug)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
