@@ -87,7 +87,7 @@ def test_planner_wait_raises_naming_both_sides_when_trainer_is_silent():
     assert len(errors) == 1 and isinstance(errors[0], StallError), errors
     msg = str(errors[0])
     assert "cache planner" in msg and "the trainer" in msg and "trained step 0" in msg
-    assert 0.9 < time.monotonic() - t0 < 5
+    assert 0.9 < time.monotonic() - t0 < 30  # (plus a fresh clone's first numba compile)
 
 
 def test_planner_waits_for_a_trainer_that_keeps_making_progress():
