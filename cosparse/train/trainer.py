@@ -421,7 +421,11 @@ class Trainer:
                     )
                 self.stream = stream  # the live data stream (its worker pids: ``stream.pids``)
                 self.data_worker_pids.update(stream.pids)
-                staged = self.ec.staged(stream, cfg.supply.horizon)
+                # never plan past the last step: planning pulls rows (a PS creates the rows it is
+                # asked for), so batches planned but never trained would leave extra rows behind,
+                # as many as the prefetch thread happened to reach
+                steps_left = itertools.islice(stream, total - self.state.step)
+                staged = self.ec.staged(steps_left, cfg.supply.horizon)
                 self.ec.planner.watch(self.progress, cfg.train.stall_timeout_s)
                 prefetch = Prefetcher(staged, lambda prepared: prepared, cfg.supply.lookahead,
                                       cfg.train.stall_timeout_s)
