@@ -17,6 +17,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check cosparse tests benchmarks
+	$(BIN)/lint-imports
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
@@ -25,7 +26,7 @@ test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_inmemory.py --quick
+	$(BIN)/python -m benchmarks.bench_inmemory --quick
 
 peers:
 	test -x $(PEERS)/bin/python || $(PY) -m venv $(PEERS)

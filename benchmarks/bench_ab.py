@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Architecture A versus architecture B on the foundation workload, in one run.
 
 Workload (full): 8 tables x 1M rows x 64 fp32, one Zipf(1.05) feature each (bags 1..20), batch
@@ -24,34 +23,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from cosparse.config import config_from_mapping, set_dotted  # noqa: E402
-from cosparse.report.compare import measure, parse_variant, variant_mapping  # noqa: E402
+from benchmarks.common import BOTTOM, NUM_DENSE, TOP, Workload, machine_info, write_json
+from cosparse.config import config_from_mapping, set_dotted, switch_preset
+from cosparse.report.compare import measure, parse_variant
 
 
 def workload(quick: bool, tiny: bool) -> tuple[dict[str, Any], int, int]:
-    """(config mapping, warm-up steps, measured steps)."""
-    vocab = 20_000 if tiny else 100_000 if quick else 1_000_000
-    batch = 256 if tiny else 1024 if quick else 4096
+    """(config mapping, warm-up steps, measured steps): benchmarks.common's workload (sizes, Zipf,
+    bags, model) as a trainer config over the synthetic reader, whose generator is the engine's."""
+    w = Workload()
+    vocab = 20_000 if tiny else 100_000 if quick else w.rows
+    batch = 256 if tiny else 1024 if quick else w.batch
     warmup, steps = (4, 6) if tiny else (6, 8) if quick else (40, 40)
-    dim = 16 if tiny else 64
-    feats = [f"C{i}" for i in range(1, 9)]
+    dim = 16 if tiny else w.dim
+    feats = [f"C{i}" for i in range(1, w.tables + 1)]
     raw = {
         "data": {"reader": "synthetic", "batch_size": batch, "workers": 2, "queue_depth": 2,
-                 "synthetic": {"num_features": 8, "num_dense": 13, "vocab_size": vocab,
-                               "alpha": 1.05, "bag_min": 1, "bag_max": 20, "seed": 5,
+                 "synthetic": {"num_features": w.tables, "num_dense": NUM_DENSE, "vocab_size": vocab,
+                               "alpha": w.alpha, "bag_min": 1, "bag_max": w.max_bag, "seed": 5,
                                "num_batches": warmup + steps + 8, "eval_batches": 2}},
-        "model": {"kind": "dlrm", "bottom": [512, 256, dim] if not tiny else [32, dim],
-                  "top": [512, 256, 1] if not tiny else [32, 1],
-                  "dense_optimizer": {"kind": "adagrad", "lr": 0.01}},
+        "model": {"kind": "dlrm", "bottom": [*BOTTOM, dim] if not tiny else [32, dim],
+                  "top": list(TOP) if not tiny else [32, 1],
+                  "dense_optimizer": {"kind": "adagrad", "lr": w.lr}},
         "tables": [{"name": f"t{i}", "dim": dim, "features": [f], "seed": i,
                     "optimizer": {"kind": "rowwise_adagrad", "lr": 0.05}}
                    for i, f in enumerate(feats)],
@@ -65,7 +62,7 @@ def workload(quick: bool, tiny: bool) -> tuple[dict[str, Any], int, int]:
 def run_pair(raw: dict[str, Any], warmup: int, link_mbps: float | None) -> dict[str, Any]:
     out = {}
     for key, spec in (("a", "arch-a"), ("b", "arch-b")):
-        mapping = variant_mapping(raw, *parse_variant(spec))
+        mapping = switch_preset(raw, *parse_variant(spec))
         set_dotted(mapping, {"network.link_mbps": link_mbps})
         cfg = config_from_mapping(mapping)
         t0 = time.perf_counter()
@@ -128,12 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                         "dim": raw["tables"][0]["dim"], "warmup_steps": warmup,
                         "measured_steps": steps, "device_rows": raw["store"]["device"]["rows"],
                         "host_rows_b": raw["store"]["host"]["rows"], "shards": 2, "workers": 2},
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+           "machine": {**machine_info(), "cpus": os.cpu_count()},  # cpus: the saved runs' key
            "wall_s": time.perf_counter() - t0, **ratios, "runs": pairs}
     print(json.dumps({k: v for k, v in out.items() if k != "runs"}, indent=1))
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(out, indent=1))
+        write_json(a.json, out)
     return 0
 
 

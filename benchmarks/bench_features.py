@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Feature-extraction throughput: the feature platform over a Criteo spec vs the plain Criteo reader.
 
 Workload: ../shared/data/criteo/train_head10k.txt (10k lines), batch 4096 (--batch), all lines.
@@ -14,22 +13,16 @@ reported: median rows/s over rounds and the ratio features / plain (1.0 = free e
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import statistics
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO, SHARED_DATA, machine_info, median, write_json
+from cosparse.data import CriteoTSVReader
+from cosparse.features import CriteoRawSource, FeatureExtractor, load_spec
 
-from cosparse.data import CriteoTSVReader  # noqa: E402
-from cosparse.features import CriteoRawSource, FeatureExtractor, load_spec  # noqa: E402
-
-DATA = REPO.parent / "shared/data/criteo/train_head10k.txt"
-SPEC = REPO / "configs/features/criteo.yaml"
+DATA = SHARED_DATA / "criteo" / "train_head10k.txt"
+SPEC = REPO / "configs" / "features" / "criteo.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         order = [run_features, run_plain] if r % 2 == 0 else [run_plain, run_features]
         for fn in order:
             (feat if fn is run_features else base).append(fn())
-    f_med, p_med = statistics.median(feat), statistics.median(base)
+    f_med, p_med = median(feat), median(base)
     res = {
         "features_rows_per_s": f_med,
         "plain_rows_per_s": p_med,
@@ -94,14 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         "rounds_plain_rows_per_s": base,
         "config": {"data": args.data, "spec": args.spec, "batch": args.batch, "rows": rows,
                    "rounds": rounds, "passes": passes},
-        "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
-                    "loadavg": list(os.getloadavg())},
+        "machine": machine_info(),
     }
     print(f"features: {f_med:,.0f} rows/s ({len(ex.plan)} features per batch, {len(models)} consumers)")
     print(f"plain CriteoTSVReader: {p_med:,.0f} rows/s")
     print(f"ratio = {res['ratio']:.3f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+        write_json(args.json, res)
     return 0
 
 

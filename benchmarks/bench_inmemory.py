@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """In-memory DLRM training benchmark: cosparse vs plain torch (and, with ``--peer torchrec``, TorchRec).
 
 Workload (TorchRec's own DLRM CPU workload; ``--quick`` / ``--tiny`` shrink it, see ``--help``):
@@ -47,12 +46,8 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
-import resource
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -61,30 +56,18 @@ from typing import Any
 
 import numpy as np
 
-NUM_DENSE = 13
-BOTTOM = [512, 256]  # + [dim]
-TOP = [512, 256, 1]
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-PEER_VENV = REPO / ".venv-peers"
+from benchmarks import common
+
+PEER_VENV = common.REPO / ".venv-peers"
 IN_PROCESS = ("cosparse", "cosparse_inline", "torch")
 CLEAN_OTHER_CPU = 0.25  # a round is "clean" when other processes used less than this many cores
 
 
 # ------------------------------------------------------------------------------------- config
 @dataclasses.dataclass
-class BenchConfig:
+class BenchConfig(common.Workload):
     """Everything a worker needs to rebuild the workload and its model."""
 
-    tables: int = 8
-    rows: int = 1_000_000
-    dim: int = 64
-    batch: int = 4096
-    alpha: float = 1.05
-    max_bag: int = 20
-    lr: float = 0.01
-    eps: float = 1e-8
-    seed: int = 1234
     warmup: int = 3
     steps: int = 15
     rounds: int = 7
@@ -105,81 +88,6 @@ class BenchConfig:
     @property
     def breakdown_start(self) -> int:
         return self.warmup + self.rounds * (self.steps + self.emb_steps)
-
-
-# --------------------------------------------------------------------------------------- data
-def make_batches(cfg: BenchConfig) -> list[dict[str, np.ndarray]]:
-    """Pre-generated raw batches: values int64 (feature-major), lengths int64 [F*B], dense, labels."""
-    rng = np.random.default_rng(cfg.seed)
-    w = np.arange(1, cfg.rows + 1, dtype=np.float64) ** (-cfg.alpha)
-    cdf = np.cumsum(w)
-    cdf /= cdf[-1]
-    perms = [rng.permutation(cfg.rows).astype(np.int64) for _ in range(cfg.tables)]
-    out = []
-    for _ in range(cfg.num_batches):
-        lens, ids = [], []
-        for f in range(cfg.tables):
-            ln = rng.integers(1, cfg.max_bag + 1, size=cfg.batch, dtype=np.int64)
-            ranks = np.searchsorted(cdf, rng.random(int(ln.sum())), side="right")
-            np.minimum(ranks, cfg.rows - 1, out=ranks)
-            lens.append(ln)
-            ids.append(perms[f][ranks])
-        out.append({
-            "values": np.concatenate(ids),
-            "lengths": np.concatenate(lens),
-            "dense": rng.standard_normal((cfg.batch, NUM_DENSE), dtype=np.float32),
-            "labels": (rng.random(cfg.batch) < 0.5).astype(np.float32),
-        })
-    return out
-
-
-def data_checksum(raw: list[dict[str, np.ndarray]]) -> str:
-    """Cheap fingerprint so the parent can check every worker built the same batches."""
-    s = sum(int(b["values"].sum() % (1 << 61)) + int(b["lengths"].sum()) for b in raw)
-    return f"{len(raw)}:{s % (1 << 61)}:{float(raw[-1]['dense'].sum()):.6f}"
-
-
-def feature_offsets(lengths: np.ndarray, tables: int, batch: int) -> list[np.ndarray]:
-    """Per-feature bag offsets (exclusive prefix sums) into that feature's IDs."""
-    out = []
-    for f in range(tables):
-        ln = lengths[f * batch : (f + 1) * batch]
-        off = np.zeros(batch, dtype=np.int64)
-        np.cumsum(ln[:-1], out=off[1:])
-        out.append(off)
-    return out
-
-
-def upstream_grads(cfg: BenchConfig) -> list[Any]:
-    """The fixed random upstream gradient of each pooled output (same in every worker)."""
-    import torch
-
-    g = torch.Generator().manual_seed(cfg.seed + 1)
-    return [torch.randn(cfg.batch, cfg.dim, generator=g) * 1e-3 for _ in range(cfg.tables)]
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def set_threads(threads: int) -> None:
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
 
 
 # -------------------------------------------------------------------------------- contenders
@@ -206,42 +114,20 @@ class Contender:
 class CosparseContender(Contender):
     """cosparse EmbeddingCollection + DLRM; ``lookahead`` 1 prepares batch t+1 on a thread."""
 
-    def __init__(self, cfg: BenchConfig, raw: list[dict[str, np.ndarray]], lookahead: int) -> None:
-        import numba
+    def __init__(self, cfg: BenchConfig, raw: list[common.Batch], lookahead: int) -> None:
         import torch
 
-        from cosparse.batch import SparseBatch
-        from cosparse.config import OptimizerConfig, TableConfig
         from cosparse.nn.embedding import EmbeddingCollection
-        from cosparse.nn.models import DLRM
 
-        if cfg.threads:
-            numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))
+        common.set_numba_threads(cfg.threads)
         self.name = "cosparse" if lookahead else "cosparse_inline"
         self.cfg, self.lookahead = cfg, lookahead
         torch.manual_seed(cfg.seed)
-        tables = [
-            TableConfig(
-                name=f"t{i}", dim=cfg.dim, features=[f"f{i}"], pooling="sum",
-                optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=cfg.lr, eps=cfg.eps),
-                num_embeddings=cfg.rows,
-            )
-            for i in range(cfg.tables)
-        ]
-        self.ec = EmbeddingCollection(tables, device="cpu")
-        self.model = DLRM(self.ec, NUM_DENSE, bottom=[*BOTTOM, cfg.dim], top=list(TOP))
-        self.model.train()
-        self.opt = torch.optim.Adagrad(self.model.parameters(), lr=cfg.lr)
-        self.features = [f"f{i}" for i in range(cfg.tables)]
-        self.batches = []
-        for i, b in enumerate(raw):
-            sb = SparseBatch(
-                list(self.features), torch.from_numpy(b["values"]), torch.from_numpy(b["lengths"]),
-                torch.from_numpy(b["dense"]), torch.from_numpy(b["labels"]), index=i,
-            )
-            _ = sb.offsets  # cached, like the offsets the other contenders get precomputed
-            self.batches.append(sb)
-        self.grads = upstream_grads(cfg)
+        self.ec = EmbeddingCollection(common.table_configs(cfg), device="cpu")
+        self.model, self.opt = common.cosparse_dlrm(self.ec, cfg)
+        self.features = cfg.features
+        self.batches = common.sparse_batches(cfg, raw)
+        self.grads = common.upstream_grads(cfg)
 
     def _iter(self, start: int, n: int):
         """(iterator of prepared batches, closer). With lookahead the pipeline is filled first."""
@@ -255,8 +141,6 @@ class CosparseContender(Contender):
         return iter(pf), pf
 
     def full(self, start: int, n: int) -> list[float]:
-        import torch.nn.functional as F
-
         it, pf = self._iter(start, n)
         first = next(it) if pf is not None else None  # fill the pipeline before the clock starts
         times = []
@@ -264,12 +148,7 @@ class CosparseContender(Contender):
             last = time.perf_counter()
             for k in range(n):
                 p = first if (k == 0 and first is not None) else next(it)
-                self.opt.zero_grad(set_to_none=True)
-                logits = self.model(p)
-                loss = F.binary_cross_entropy_with_logits(logits, p.batch.labels)
-                loss.backward()
-                self.opt.step()
-                self.ec.apply_gradients()
+                loss = common.train_step(self.model, self.opt, self.ec, p)
                 now = time.perf_counter()
                 times.append(now - last)
                 last = now
@@ -289,14 +168,15 @@ class CosparseContender(Contender):
             t0 = time.perf_counter()
             p = self.ec.prepare(self.batches[i])
             t1 = time.perf_counter()
-            sup0 = self.ec.stage_ms["supply"]
+            sup0 = self.ec.stage_ms["gather"] + self.ec.stage_ms["fill"]
+            self.ec.stage(p, blocking=False)
             out = self.ec(p)
             t2 = time.perf_counter()
             torch.autograd.backward([out[f] for f in self.features], self.grads)
             t3 = time.perf_counter()
             self.ec.apply_gradients()
             t4 = time.perf_counter()
-            sup = (self.ec.stage_ms["supply"] - sup0) / 1e3
+            sup = (self.ec.stage_ms["gather"] + self.ec.stage_ms["fill"] - sup0 + p.plan_ms) / 1e3
             stages["prepare"] += t1 - t0
             stages["supply(slots_for+gather)"] += sup
             stages["pooled_fwd"] += t2 - t1 - sup
@@ -340,6 +220,7 @@ class CosparseContender(Contender):
         try:
             for i in range(start, start + n):
                 p = self.ec.prepare(self.batches[i])
+                self.ec.stage(p, blocking=False)
                 out = self.ec(p)
                 t = time.perf_counter()
                 torch.autograd.backward([out[f] for f in self.features], self.grads)
@@ -391,6 +272,17 @@ def _numba_layer() -> str:
         return str(numba.threading_layer())
     except Exception:  # noqa: BLE001 - only known after a parallel kernel ran
         return "?"
+
+
+def feature_offsets(lengths: np.ndarray, tables: int, batch: int) -> list[np.ndarray]:
+    """Per-feature bag offsets (exclusive prefix sums) into that feature's IDs."""
+    out = []
+    for f in range(tables):
+        ln = lengths[f * batch : (f + 1) * batch]
+        off = np.zeros(batch, dtype=np.int64)
+        np.cumsum(ln[:-1], out=off[1:])
+        out.append(off)
+    return out
 
 
 class SparseRowwiseAdagrad:
@@ -452,9 +344,9 @@ class TorchContender(Contender):
         bound = (1.0 / cfg.rows) ** 0.5  # torchrec EBC init range
         for e in self.embs:
             nn.init.uniform_(e.weight, -bound, bound)
-        self.bottom = torch_mlp([NUM_DENSE, *BOTTOM, d], last_act=True)
+        self.bottom = torch_mlp([common.NUM_DENSE, *common.BOTTOM, d], last_act=True)
         self.tri = torch.triu_indices(nf + 1, nf + 1, offset=1)
-        self.top = torch_mlp([d + (nf + 1) * nf // 2, *TOP], last_act=False)
+        self.top = torch_mlp([d + (nf + 1) * nf // 2, *common.TOP], last_act=False)
         dense_params = list(self.bottom.parameters()) + list(self.top.parameters())
         self.sopt = SparseRowwiseAdagrad([e.weight for e in self.embs], lr=cfg.lr, eps=cfg.eps)
         self.dopt = torch.optim.Adagrad(dense_params, lr=cfg.lr)
@@ -467,7 +359,7 @@ class TorchContender(Contender):
                 sp.append((torch.from_numpy(b["values"][lo : lo + n]), torch.from_numpy(offs[f])))
                 lo += n
             self.batches.append((torch.from_numpy(b["dense"]), sp, torch.from_numpy(b["labels"])))
-        self.grads = upstream_grads(cfg)
+        self.grads = common.upstream_grads(cfg)
 
     def _pooled(self, sp: list[tuple[Any, Any]]) -> list[Any]:
         return [e(ids, offs) for e, (ids, offs) in zip(self.embs, sp, strict=True)]
@@ -530,73 +422,39 @@ class TorchContender(Contender):
 
 
 # ------------------------------------------------------------------------------------ worker
-def serve(build: Callable[[BenchConfig, list[dict[str, np.ndarray]]], Contender], cfg: BenchConfig) -> None:
-    """Worker loop: build data + model, then answer JSON commands on stdin with JSON lines.
+def _emb(c: Contender, cmd: dict[str, Any]) -> dict[str, Any]:
+    times, stages = c.emb(cmd["start"], cmd["n"])
+    return {"step_s": times, "stages_ms": stages}
 
-    The protocol uses the original stdout; fd 1 is pointed at stderr so that library prints
-    cannot corrupt it.
-    """
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
 
-    def send(msg: dict[str, Any]) -> None:
-        proto.write(json.dumps(msg) + "\n")
-        proto.flush()
+COMMANDS: dict[str, Callable[[Contender, dict[str, Any]], dict[str, Any]]] = {
+    "full": lambda c, cmd: {"step_s": c.full(cmd["start"], cmd["n"]), "loss": c.last_loss},
+    "emb": _emb,
+    "breakdown": lambda c, cmd: {"breakdown_ms": c.breakdown(cmd["start"], cmd["n"])},
+    "stats": lambda c, cmd: common.process_stats(c.info()),
+}
 
-    try:
-        set_threads(cfg.threads)
+
+def serve_contender(build: Callable[[BenchConfig, list[common.Batch]], Contender], cfg: BenchConfig) -> None:
+    """Worker: generate the batches, build the contender, answer COMMANDS (also run by the peer)."""
+
+    def setup() -> tuple[Contender, dict[str, Any]]:
+        common.set_threads(cfg.threads)
         t0 = time.perf_counter()
-        raw = make_batches(cfg)
+        raw = common.make_batches(cfg, cfg.num_batches)
         datagen_s = time.perf_counter() - t0
-        checksum = data_checksum(raw)
-        ids_per_batch = float(np.mean([b["values"].shape[0] for b in raw]))
-        rss_data = rss_mb()
+        ready = {"checksum": common.data_checksum(raw), "datagen_s": round(datagen_s, 2),
+                 "ids_per_batch": round(common.ids_per_batch(raw)),
+                 "rss_after_data_mb": round(common.rss_mb())}
         t0 = time.perf_counter()
         c = build(cfg, raw)
         del raw
-        send({
-            "ready": True, "checksum": checksum, "datagen_s": round(datagen_s, 2),
-            "setup_s": round(time.perf_counter() - t0, 2), "rss_after_data_mb": round(rss_data),
-            "ids_per_batch": round(ids_per_batch), "pid": os.getpid(),
-        })
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        import traceback
+        return c, {**ready, "setup_s": round(time.perf_counter() - t0, 2)}
 
-        traceback.print_exc()
-        send({"error": f"{type(e).__name__}: {e}"})
-        return
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        try:
-            op = cmd["cmd"]
-            if op == "quit":
-                send({"bye": True})
-                return
-            c0 = cpu_s()
-            w0 = time.perf_counter()
-            if op == "full":
-                res: dict[str, Any] = {"step_s": c.full(cmd["start"], cmd["n"]), "loss": c.last_loss}
-            elif op == "emb":
-                times, stages = c.emb(cmd["start"], cmd["n"])
-                res = {"step_s": times, "stages_ms": stages}
-            elif op == "breakdown":
-                res = {"breakdown_ms": c.breakdown(cmd["start"], cmd["n"])}
-            elif op == "stats":
-                res = {"peak_rss_mb": round(peak_rss_mb()), "rss_mb": round(rss_mb()), "info": c.info()}
-            else:
-                raise ValueError(f"unknown command {op!r}")
-            res["wall_s"] = time.perf_counter() - w0
-            res["cpu_s"] = cpu_s() - c0
-            send(res)
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
-            import traceback
-
-            traceback.print_exc()
-            send({"error": f"{type(e).__name__}: {e}"})
+    common.serve(setup, COMMANDS)
 
 
-def build_inprocess(name: str) -> Callable[[BenchConfig, list[dict[str, np.ndarray]]], Contender]:
+def build_inprocess(name: str) -> Callable[[BenchConfig, list[common.Batch]], Contender]:
     if name == "cosparse":
         return lambda cfg, raw: CosparseContender(cfg, raw, lookahead=1)
     if name == "cosparse_inline":
@@ -607,139 +465,32 @@ def build_inprocess(name: str) -> Callable[[BenchConfig, list[dict[str, np.ndarr
 
 
 # ------------------------------------------------------------------------------------ parent
-_HZ = os.sysconf("SC_CLK_TCK")
-
-
-def _busy_s() -> float:
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return (v[0] + v[1] + v[2] + v[5] + v[6]) / _HZ  # user nice system irq softirq
-
-
-class Worker:
-    """A contender's process, driven over stdin/stdout."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        self.name = name
-        self.log = tempfile.NamedTemporaryFile(
-            "w+", prefix=f"bench_{name}_", suffix=".log", delete=False
-        )
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-            bufsize=1, env=env, cwd=str(REPO),
-        )
-        self.ready: dict[str, Any] = {}
-
-    def recv(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.name} exited (rc={self.proc.poll()}):\n{self.log_tail()}")
-        msg = json.loads(line)
-        if "error" in msg:
-            raise RuntimeError(f"worker {self.name} failed: {msg['error']}\n{self.log_tail()}")
-        return msg
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self.recv()
-
-    def log_tail(self, n: int = 4000) -> str:
-        self.log.flush()
-        try:
-            return Path(self.log.name).read_text()[-n:]
-        except OSError:
-            return ""
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.call(cmd="quit")
-                self.proc.wait(timeout=30)
-        except Exception:  # noqa: BLE001 - best effort
-            pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-        os.unlink(self.log.name)
-
-
-def _median(xs: list[float]) -> float:
-    return float(statistics.median(xs)) if xs else float("nan")
-
-
-def _pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[int(round(q * (len(s) - 1)))] if s else float("nan")
-
-
-def machine_info() -> dict[str, Any]:
-    def read(p: str) -> str:
-        try:
-            return Path(p).read_text().strip()
-        except OSError:
-            return "?"
-
-    cpu = "?"
-    for line in read("/proc/cpuinfo").splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    mem = read("/proc/meminfo").splitlines()[0].split()[1] if read("/proc/meminfo") != "?" else "0"
-    return {
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu_count": os.cpu_count(),
-        "cpu": cpu,
-        "mem_gib": round(int(mem) / 2**20, 1),
-        "loadavg": [round(x, 2) for x in os.getloadavg()],
-        "thp": read("/sys/kernel/mm/transparent_hugepage/enabled"),
-        "python": platform.python_version(),
-        "host": platform.node(),
-    }
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="8 tables x 100k rows (instead of 1M), warmup 2, 3 rounds x 5 steps, "
-                         "3 embedding steps, 2 breakdown steps: < 60 s")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size: 2 tables x 10k rows, batch 256, 2 rounds x 3 steps")
-    ap.add_argument("--steps", type=int, help="timed train steps per contender per round")
-    ap.add_argument("--rounds", type=int, help="alternating rounds")
+    common.add_run_args(ap,
+                        quick="8 tables x 100k rows (instead of 1M), warmup 2, 3 rounds x 5 steps, "
+                              "3 embedding steps, 2 breakdown steps: < 60 s",
+                        tiny="smoke-test size: 2 tables x 10k rows, batch 256, 2 rounds x 3 steps",
+                        rounds="alternating rounds",
+                        warmup="untimed train steps per contender before round 0")
     ap.add_argument("--emb-steps", type=int, help="embedding-only steps per contender per round")
-    ap.add_argument("--warmup", type=int, help="untimed train steps per contender before round 0")
     ap.add_argument("--breakdown-steps", type=int, help="cosparse stage-breakdown steps (0: skip)")
-    ap.add_argument("--threads", type=int, default=0, help="torch / numba threads (0: default)")
-    ap.add_argument("--tables", type=int)
-    ap.add_argument("--rows", type=int)
-    ap.add_argument("--batch", type=int)
-    ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--contenders", default=",".join(IN_PROCESS),
                     help=f"comma list out of {', '.join(IN_PROCESS)}")
     ap.add_argument("--peer", choices=["torchrec"], action="append", default=[],
                     help="also run TorchRec DMP + FBGEMM (needs .venv-peers: `make peers`)")
     ap.add_argument("--peer-python", default=str(PEER_VENV / "bin" / "python"))
-    ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--config-json", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
 def config_from_args(a: argparse.Namespace) -> BenchConfig:
-    cfg = BenchConfig(seed=a.seed, threads=a.threads)
-    if a.quick or a.tiny:
-        cfg = dataclasses.replace(cfg, rows=100_000, warmup=2, steps=5, rounds=3, emb_steps=3,
-                                  breakdown_steps=2)
-    if a.tiny:
-        cfg = dataclasses.replace(cfg, tables=2, rows=10_000, batch=256, warmup=1, steps=3, rounds=2,
-                                  emb_steps=2, breakdown_steps=1)
-    over = {k: getattr(a, k) for k in ("steps", "rounds", "emb_steps", "warmup", "breakdown_steps",
-                                         "tables", "rows", "batch")}
-    return dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
+    return common.sized(BenchConfig(seed=a.seed, threads=a.threads), a,
+                        quick={"rows": 100_000, "warmup": 2, "steps": 5, "rounds": 3, "emb_steps": 3,
+                               "breakdown_steps": 2},
+                        tiny={"tables": 2, "rows": 10_000, "batch": 256, "warmup": 1, "steps": 3, "rounds": 2,
+                              "emb_steps": 2, "breakdown_steps": 1},
+                        overrides=("steps", "rounds", "emb_steps", "warmup", "breakdown_steps", "tables",
+                                   "rows", "batch"))
 
 
 def run_bench(a: argparse.Namespace) -> dict[str, Any]:
@@ -758,61 +509,45 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
                   file=sys.stderr)
             raise SystemExit(2)
         names.append("torchrec")
-    env = dict(os.environ)
-    if cfg.threads:
-        env["OMP_NUM_THREADS"] = str(cfg.threads)
-        env["NUMBA_NUM_THREADS"] = str(cfg.threads)
+    env = common.worker_env(cfg.threads)
     cfg_json = json.dumps(dataclasses.asdict(cfg))
-    machine = machine_info()
+    machine = common.machine_info()
     print(f"config: {cfg_json}\nmachine: {json.dumps(machine)}", flush=True)
     t_start = time.perf_counter()
-    workers: dict[str, Worker] = {}
+    workers: dict[str, common.Worker] = {}
     try:
         # All workers set up (imports, data generation, model build) concurrently: it is not timed.
         for n in names:
             if n == "torchrec":
-                argv = [str(peer_py), str(HERE / "peer_torchrec.py"), "--config-json", cfg_json]
+                workers[n] = common.Worker(n, "benchmarks.peer_torchrec", ["--config-json", cfg_json], env,
+                                           python=str(peer_py))
             else:
-                argv = [sys.executable, str(HERE / "bench_inmemory.py"), "--worker", n,
-                        "--config-json", cfg_json]
-            workers[n] = Worker(n, argv, env)
-        for n, w in workers.items():
-            w.ready = w.recv()
-            print(f"  {n}: ready (data {w.ready['datagen_s']} s, setup {w.ready['setup_s']} s, "
-                  f"checksum {w.ready['checksum']})", flush=True)
-        sums = {w.ready["checksum"] for w in workers.values()}
-        if len(sums) != 1:
-            got = {n: w.ready["checksum"] for n, w in workers.items()}
-            raise RuntimeError(f"workers generated different data: {got}")
+                workers[n] = common.Worker(n, "benchmarks.bench_inmemory",
+                                           ["--worker", n, "--config-json", cfg_json], env)
+        common.wait_ready(workers, lambda r: f"data {r['datagen_s']} s, setup {r['setup_s']} s, "
+                                             f"checksum {r['checksum']}")
 
         res: dict[str, dict[str, Any]] = {
             n: {"rounds_samples_per_s": [], "step_s": [], "emb_round_ms": [], "emb_step_ms": [],
                 "emb_stages": defaultdict(list), "other_cpu": [], "loss": None} for n in names
         }
-
-        def timed(w: Worker, **cmd: Any) -> tuple[dict[str, Any], float]:
-            b0 = _busy_s()
-            r = w.call(**cmd)
-            other = max(0.0, (_busy_s() - b0) - r["cpu_s"]) / max(r["wall_s"], 1e-9)
-            return r, other
-
         # warm-up (JIT, allocator, first-touch of rows), alternating too
         for n in names:
             workers[n].call(cmd="full", start=0, n=cfg.warmup)
             workers[n].call(cmd="emb", start=max(cfg.warmup - 1, 0), n=1)
         for r in range(cfg.rounds):
-            order = names[r % len(names):] + names[: r % len(names)]
+            order = common.rotation(names, r)
             for n in order:
-                out, other = timed(workers[n], cmd="full", start=cfg.full_start(r), n=cfg.steps)
+                out, busy = workers[n].call_busy(cmd="full", start=cfg.full_start(r), n=cfg.steps)
                 d = res[n]
                 d["rounds_samples_per_s"].append(cfg.steps * cfg.batch / sum(out["step_s"]))
                 d["step_s"].extend(out["step_s"])
-                d["other_cpu"].append(round(other, 2))
+                d["other_cpu"].append(round(common.other_cores(busy, out), 2))
                 d["loss"] = out["loss"]
             for n in order:
                 if cfg.emb_steps <= 0 or n == "cosparse_inline" and "cosparse" in workers:
                     continue  # the embedding-only pass of cosparse is the same code either way
-                out, _ = timed(workers[n], cmd="emb", start=cfg.emb_start(r), n=cfg.emb_steps)
+                out = workers[n].call(cmd="emb", start=cfg.emb_start(r), n=cfg.emb_steps)
                 d = res[n]
                 d["emb_round_ms"].append(1e3 * statistics.fmean(out["step_s"]))
                 d["emb_step_ms"].extend(1e3 * s for s in out["step_s"])
@@ -828,8 +563,7 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
                                     n=cfg.breakdown_steps)["breakdown_ms"]
         stats = {n: w.call(cmd="stats") for n, w in workers.items()}
     finally:
-        for w in workers.values():
-            w.close()
+        common.close_all(workers)
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     machine["torch_threads"] = {n: s["info"].get("torch_threads") for n, s in stats.items()}
 
@@ -839,16 +573,15 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         clean = [x for x, o in zip(d["rounds_samples_per_s"], d["other_cpu"], strict=True)
                  if o < CLEAN_OTHER_CPU]
         per[n] = {
-            "samples_per_s": round(_median(d["rounds_samples_per_s"])),
-            "samples_per_s_clean_rounds": round(_median(clean)) if clean else None,
+            "samples_per_s": round(common.median(d["rounds_samples_per_s"])),
+            "samples_per_s_clean_rounds": round(common.median(clean)) if clean else None,
             "clean_rounds": len(clean),
             "rounds_samples_per_s": [round(x) for x in d["rounds_samples_per_s"]],
-            "step_ms_p50": round(1e3 * _median(d["step_s"]), 1),
-            "step_ms_p10_p90": [round(1e3 * _pct(d["step_s"], q), 1) for q in (0.1, 0.9)],
-            "embedding_ms": round(_median(d["emb_round_ms"]), 1) if d["emb_round_ms"] else None,
+            **common.step_ms(d["step_s"]),
+            "embedding_ms": round(common.median(d["emb_round_ms"]), 1) if d["emb_round_ms"] else None,
             "embedding_ms_rounds": [round(x, 1) for x in d["emb_round_ms"]],
-            "embedding_step_ms_p50": round(_median(d["emb_step_ms"]), 1) if d["emb_step_ms"] else None,
-            "embedding_stages_ms": {k: round(_median(v), 2) for k, v in d["emb_stages"].items()},
+            "embedding_step_ms_p50": round(common.median(d["emb_step_ms"]), 1) if d["emb_step_ms"] else None,
+            "embedding_stages_ms": {k: round(common.median(v), 2) for k, v in d["emb_stages"].items()},
             "peak_rss_mb": stats[n]["peak_rss_mb"],
             "rss_after_data_mb": workers[n].ready["rss_after_data_mb"],
             "other_cpu_cores": d["other_cpu"],
@@ -873,7 +606,7 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     for a_, b_ in (("cosparse", "torch"), ("cosparse", "torchrec"), ("cosparse_inline", "torch")):
         if a_ in res and b_ in res:  # same-round pairs: robust to slow drifts of machine load
             pairs = zip(res[a_]["rounds_samples_per_s"], res[b_]["rounds_samples_per_s"], strict=True)
-            out[f"ratio_paired_{a_}_vs_{b_}"] = round(_median([x / y for x, y in pairs]), 3)
+            out[f"ratio_paired_{a_}_vs_{b_}"] = round(common.median(x / y for x, y in pairs), 3)
     if "cosparse" in emb_ms and "torch" in emb_ms:
         out["embedding_ratio"] = round(emb_ms["torch"] / emb_ms["cosparse"], 3)
     out["embedding_ms"] = emb_ms
@@ -925,14 +658,11 @@ def print_table(out: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.worker:
-        cfg = BenchConfig(**json.loads(a.config_json))
-        serve(build_inprocess(a.worker), cfg)
+        serve_contender(build_inprocess(a.worker), BenchConfig(**json.loads(a.config_json)))
         return 0
     out = run_bench(a)
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {a.json}")
+        common.write_json(a.json, out)
     return 0
 
 

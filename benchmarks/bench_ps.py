@@ -1,13 +1,12 @@
-#!/usr/bin/env python3
 """Architecture A (ps-direct) vs the all-resident engine: DLRM training with every embedding row on
 2 local parameter-server shards, against the same model with all rows resident in the trainer.
 
-Workload: the one of bench_inmemory.py (8 tables x 1M x 64 fp32, Zipf 1.05 raw int64 IDs, bags
-1..20, batch 4096, DLRM 13-512-256-64 / 512-256-1, row-wise Adagrad on embeddings, Adagrad on
-dense). ``--quick`` / ``--tiny`` shrink it (see ``--help`` and benchmarks/README.md).
+Workload: benchmarks.common's (8 tables x 1M x 64 fp32, Zipf 1.05 raw int64 IDs, bags 1..20,
+batch 4096, DLRM 13-512-256-64 / 512-256-1, row-wise Adagrad on embeddings, Adagrad on dense).
+``--quick`` / ``--tiny`` shrink it (see ``--help`` and benchmarks/README.md).
 
-Contenders, each in its OWN worker process (bench_inmemory's Worker protocol), ALTERNATING rounds:
-  ps_direct  EmbeddingCollection(tables, ps_client=client, lookahead=k): every table on the PS.
+Contenders, each in its OWN worker process (benchmarks.common's protocol), ALTERNATING rounds:
+  ps_direct  EmbeddingCollection over ps_tables(tables, client, lookahead=k): every table on the PS.
              The worker starts ``EmbeddedShards(shards, tables)``: real ``cosparse ps serve``
              processes, children of the worker, on the SAME cores as everything else. Each batch
              pulls its unique rows when it is planned (on the prefetch thread, up to k batches
@@ -17,10 +16,11 @@ Contenders, each in its OWN worker process (bench_inmemory's Worker protocol), A
   resident   EmbeddingCollection(tables): all rows in the trainer process (the baseline).
 Both train like the trainer: one long-lived ``Prefetcher(ec.staged(source, 0), identity,
 lookahead)``, forward, BCE, backward, dense Adagrad step, ``ec.apply_gradients()``. The source is
-*gated* (as in bench_tiers): during a round the prefetch thread may read at most ``lookahead``
-batches past the round, so it does no work while the other contender is timed and every timed
-round does steady-state work. Both contenders see the same batches in the same order from the same
-seeds, so by the exactness invariant their losses must be identical (``losses_identical``).
+*gated* (``GatedSource``, as in bench_tiers): during a round the prefetch thread may read at most
+``lookahead`` batches past the round, so it does no work while the other contender is timed and
+every timed round does steady-state work. Both contenders see the same batches in the same order
+from the same seeds, so by the exactness invariant their losses must be identical
+(``losses_identical``).
 ``--check-versions`` also checks every row ps_direct trains against the PS's version (a debug
 PEEK per table and step: a stale row stops the run, naming it). Every process takes the hash
 of the engine sources at its start, once ready and at the end: ``engine_sources_changed``
@@ -51,46 +51,15 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from bench_inmemory import (  # noqa: E402 - benchmarks/ is not a package
-    BOTTOM,
-    NUM_DENSE,
-    TOP,
-    BenchConfig,
-    Worker,
-    _busy_s,
-    _median,
-    _pct,
-    cpu_s,
-    data_checksum,
-    machine_info,
-    make_batches,
-    peak_rss_mb,
-    rss_mb,
-    set_threads,
-)
-from bench_tiers import load_batches, save_batches, sparse_batches, spread  # noqa: E402
+from benchmarks import common
 
 CONTENDERS = ("ps_direct", "resident")
-_HZ = os.sysconf("SC_CLK_TCK")
 MB = 1e6  # MB/s figures are 10^6 bytes per second
 
 
 # ------------------------------------------------------------------------------------- config
 @dataclasses.dataclass
-class PSBenchConfig:
-    tables: int = 8
-    rows: int = 1_000_000
-    dim: int = 64
-    batch: int = 4096
-    alpha: float = 1.05
-    max_bag: int = 20
-    lr: float = 0.01
-    eps: float = 1e-8
-    seed: int = 1234
+class PSBenchConfig(common.Workload):
     warmup: int = 6  # untimed trained batches before round 0 (JIT, first-touch, vocab growth)
     steps: int = 8
     rounds: int = 7
@@ -112,61 +81,8 @@ class PSBenchConfig:
     def round_start(self, r: int) -> int:
         return self.warmup + r * self.steps
 
-    def bench_config(self) -> BenchConfig:
-        """bench_inmemory's config that generates the same batches (same generator stream)."""
-        return BenchConfig(tables=self.tables, rows=self.rows, dim=self.dim, batch=self.batch,
-                           alpha=self.alpha, max_bag=self.max_bag, seed=self.seed,
-                           warmup=self.n_batches, steps=0, rounds=0, emb_steps=0, breakdown_steps=0)
-
-
-def table_configs(cfg: PSBenchConfig) -> list[Any]:
-    from cosparse.config import OptimizerConfig, TableConfig
-
-    return [
-        TableConfig(name=f"t{i}", dim=cfg.dim, features=[f"f{i}"], pooling="sum",
-                    optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=cfg.lr, eps=cfg.eps),
-                    num_embeddings=cfg.rows)
-        for i in range(cfg.tables)
-    ]
-
-
-def engine_fingerprint() -> str:
-    """Hash of every engine source file (others edit cosparse/ concurrently). Each worker takes it
-    when it starts, once its contender is ready (its modules imported, its shard processes up)
-    and at the end: a file changed in between would make the processes of one run (the shards
-    included) run different code, and their losses differ for that reason alone."""
-    import hashlib
-
-    root = HERE.parent / "cosparse"
-    h = hashlib.sha1()
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:12]
-
 
 # ------------------------------------------------------------------------- process helpers
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of one process (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _HZ
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def proc_hwm_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return float("nan")
-
-
 def shard_processes(data_root: Path) -> list[int]:
     """PIDs of ``cosparse ps serve`` processes whose data directory lies under ``data_root``."""
     root = str(data_root)
@@ -241,61 +157,45 @@ def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 class PSContender:
     """EC + DLRM trained through one long-lived, gated Prefetcher; for ps_direct, owns the shards."""
 
-    def __init__(self, name: str, cfg: PSBenchConfig, raw: list[dict[str, np.ndarray]],
-                 ps_dir: Path) -> None:
-        import numba
+    def __init__(self, name: str, cfg: PSBenchConfig, raw: list[common.Batch], ps_dir: Path) -> None:
         import torch
 
         from cosparse.nn.embedding import EmbeddingCollection
-        from cosparse.nn.models import DLRM
         from cosparse.train.prefetch import Prefetcher
 
-        if cfg.threads:
-            numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))
+        common.set_numba_threads(cfg.threads)
         self.name, self.cfg = name, cfg
         self.shards: Any = None
         self.client: Any = None
         self.probe: ClientProbe | None = None
         self.pf: Any = None
-        tables = table_configs(cfg)
+        tables = common.table_configs(cfg)
         if name == "ps_direct":
             from cosparse.ps import EmbeddedShards
 
             self.shards = EmbeddedShards(cfg.shards, tables=tables, data_dir=ps_dir)
             self.client = self.shards.client(timeout_s=cfg.timeout_s, heartbeat_s=cfg.heartbeat_s)
             self.probe = ClientProbe(self.client)
-            self.ec = EmbeddingCollection(tables, device="cpu", ps_client=self.client,
-                                          lookahead=cfg.lookahead)
-            for t in self.ec.tables.values():
-                t.check_versions = cfg.check_versions
+            from cosparse.supply.placements import ps_tables
+
+            cpu = torch.device("cpu")
+            placements = ps_tables(tables, cpu, self.client, cfg.lookahead,
+                                   check_versions=cfg.check_versions)
+            self.ec = EmbeddingCollection(tables, cpu, placements, lookahead=cfg.lookahead)
         elif name == "resident":
             self.ec = EmbeddingCollection(tables, device="cpu")
         else:
             raise ValueError(f"unknown contender {name!r}")
         torch.manual_seed(cfg.seed)
-        self.model = DLRM(self.ec, NUM_DENSE, bottom=[*BOTTOM, cfg.dim], top=list(TOP))
-        self.model.train()
-        self.opt = torch.optim.Adagrad(self.model.parameters(), lr=cfg.lr)
-        self.batches = sparse_batches(cfg, raw)  # type: ignore[arg-type] - uses cfg.tables only
-        self.cond = threading.Condition()
-        self.allowed = -1  # the source may yield batches with index <= allowed
-        self.stopped = False
-        self.pf = Prefetcher(self.ec.staged(self._source(), 0), lambda p: p, cfg.lookahead)
+        self.model, self.opt = common.cosparse_dlrm(self.ec, cfg)
+        self.gate = common.GatedSource(common.sparse_batches(cfg, raw))
+        self.pf = Prefetcher(self.ec.staged(iter(self.gate), 0), lambda p: p, cfg.lookahead)
         self.it = iter(self.pf)
         self.trained = 0
 
     @property
     def shard_pids(self) -> list[int]:
         return list(self.shards.pids) if self.shards is not None else []
-
-    def _source(self):
-        for i, sb in enumerate(self.batches):
-            with self.cond:
-                while self.allowed < i and not self.stopped:
-                    self.cond.wait(0.1)
-                if self.stopped:
-                    return
-            yield sb
 
     def _rows(self) -> dict[str, int]:
         tabs = self.ec.tables.values()
@@ -307,12 +207,11 @@ class PSContender:
 
         if start != self.trained:
             raise RuntimeError(f"{self.name}: asked to train from batch {start}, next is {self.trained}")
-        with self.cond:  # plan at most `lookahead` batches past this round, as in steady state
-            self.allowed = start + n + self.cfg.lookahead - 1
-            self.cond.notify_all()
+        # plan at most `lookahead` batches past this round, as in steady state
+        self.gate.allow(start + n + self.cfg.lookahead - 1)
         c0 = self.probe.snapshot() if self.probe else {}
         r0 = self._rows()
-        sh0 = sum(proc_cpu_s(p) for p in self.shard_pids)
+        sh0 = sum(common.proc_cpu_s(p) for p in self.shard_pids)
         stage0 = dict(self.ec.stage_ms)
         wait0 = self.pf.wait_ms
         times, losses, uniques = [], [], []
@@ -349,7 +248,7 @@ class PSContender:
             "step_parts_ms": {k: 1e3 * v / n for k, v in parts.items()},
             "wait_ms": self.pf.wait_ms - wait0,
             "stage_ms": {k: v - stage0.get(k, 0.0) for k, v in self.ec.stage_ms.items()},
-            "shard_cpu_s": sum(proc_cpu_s(p) for p in self.shard_pids) - sh0,
+            "shard_cpu_s": sum(common.proc_cpu_s(p) for p in self.shard_pids) - sh0,
             "rows": _delta(r0, self._rows()),
         }
         if self.probe:
@@ -366,7 +265,7 @@ class PSContender:
         if self.shards is not None:
             info["shards"] = self.cfg.shards
             info["shard_pids"] = self.shard_pids
-            info["shard_peak_rss_mb"] = [round(proc_hwm_mb(p)) for p in self.shard_pids]
+            info["shard_peak_rss_mb"] = [round(common.proc_hwm_mb(p)) for p in self.shard_pids]
             info["client_totals"] = self.probe.snapshot() if self.probe else {}
             try:
                 info["shard_stats"] = self.client.stats()
@@ -379,9 +278,7 @@ class PSContender:
     def close(self) -> None:
         """Stop the prefetch thread, then the client and every shard (always, in this order)."""
         try:
-            with self.cond:
-                self.stopped = True
-                self.cond.notify_all()
+            self.gate.stop()
             self.ec.planner.cancel()
             if self.pf is not None:
                 self.pf.close()
@@ -394,66 +291,27 @@ class PSContender:
                     self.shards.close()
 
 
-def serve(name: str, cfg: PSBenchConfig, data: Path, ps_dir: Path) -> None:
-    """Worker loop (bench_inmemory's protocol: JSON lines on the original stdout)."""
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    # a SIGTERM from the parent must still run the `finally` below (stop the shards)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+def serve_ps(name: str, cfg: PSBenchConfig, data: Path, ps_dir: Path) -> None:
+    """Worker: load the batches the parent saved, build the contender (for ps_direct, start its
+    shards), answer train / stats. The shards are stopped on every way out (``serve`` closes the
+    contender on quit, at the end of stdin, on errors and on SIGTERM)."""
 
-    def send(msg: dict[str, Any]) -> None:
-        proto.write(json.dumps(msg) + "\n")
-        proto.flush()
+    def setup() -> tuple[PSContender, dict[str, Any]]:
+        common.set_threads(cfg.threads)
+        t0 = time.perf_counter()
+        fingerprint = common.engine_fingerprint()
+        raw = common.load_batches(data)
+        checksum = common.data_checksum(raw)
+        rss_data = common.rss_mb()
+        c = PSContender(name, cfg, raw, ps_dir)
+        return c, {"checksum": checksum, "setup_s": round(time.perf_counter() - t0, 2),
+                   "rss_after_data_mb": round(rss_data), "shard_pids": c.shard_pids,
+                   "engine": [fingerprint, common.engine_fingerprint()]}
 
-    c: PSContender | None = None
-    try:
-        try:
-            set_threads(cfg.threads)
-            t0 = time.perf_counter()
-            fingerprint = engine_fingerprint()
-            raw = load_batches(data)
-            checksum = data_checksum(raw)
-            rss_data = rss_mb()
-            c = PSContender(name, cfg, raw, ps_dir)
-            del raw
-            send({"ready": True, "checksum": checksum, "setup_s": round(time.perf_counter() - t0, 2),
-                  "rss_after_data_mb": round(rss_data), "pid": os.getpid(),
-                  "shard_pids": c.shard_pids, "engine": [fingerprint, engine_fingerprint()]})
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
-            import traceback
-
-            traceback.print_exc()
-            send({"error": f"{type(e).__name__}: {e}"})
-            return
-        for line in sys.stdin:
-            cmd = json.loads(line)
-            try:
-                op = cmd["cmd"]
-                if op == "quit":
-                    c.close()
-                    c = None
-                    send({"bye": True})
-                    return
-                c0, w0 = cpu_s(), time.perf_counter()
-                if op == "train":
-                    res = c.train(cmd["start"], cmd["n"])
-                elif op == "stats":
-                    res = {"peak_rss_mb": round(peak_rss_mb()), "rss_mb": round(rss_mb()),
-                           "info": c.stats(), "engine": engine_fingerprint()}
-                else:
-                    raise ValueError(f"unknown command {op!r}")
-                res["wall_s"] = time.perf_counter() - w0
-                res["cpu_s"] = cpu_s() - c0
-                send(res)
-            except BaseException as e:  # noqa: BLE001 - reported to the parent
-                import traceback
-
-                traceback.print_exc()
-                send({"error": f"{type(e).__name__}: {e}"})
-    finally:
-        if c is not None:
-            c.close()
+    common.serve(setup, {
+        "train": lambda c, cmd: c.train(cmd["start"], cmd["n"]),
+        "stats": lambda c, cmd: {**common.process_stats(c.stats()), "engine": common.engine_fingerprint()},
+    })
 
 
 # ------------------------------------------------------------------------------------ parent
@@ -474,40 +332,33 @@ def stop_leftovers(data_root: Path, wait_s: float = 10.0) -> list[int]:
 
 def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     cfg = config_from_args(a)
-    env = dict(os.environ)
-    if cfg.threads:
-        env["OMP_NUM_THREADS"] = str(cfg.threads)
-        env["NUMBA_NUM_THREADS"] = str(cfg.threads)
+    env = common.worker_env(cfg.threads)
     cfg_json = json.dumps(dataclasses.asdict(cfg))
-    machine = machine_info()
+    machine = common.machine_info()
     print(f"config: {cfg_json}\n  trained batches {cfg.n_train} (warm-up {cfg.warmup}), "
           f"{cfg.shards} PS shards\nmachine: {json.dumps(machine)}", flush=True)
     t_start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="bench_ps_"))
     ps_dir = tmp / "ps"
-    workers: dict[str, Worker] = {}
+    workers: dict[str, common.Worker] = {}
     left: list[int] = []
     try:
         t0 = time.perf_counter()
-        raw = make_batches(cfg.bench_config())
+        raw = common.make_batches(cfg, cfg.n_batches)
         data = tmp / "batches.npz"
-        save_batches(raw, data)
-        checksum = data_checksum(raw)
-        ids_per_batch = float(np.mean([b["values"].shape[0] for b in raw]))
+        common.save_batches(raw, data)
+        checksum = common.data_checksum(raw)
+        ipb = common.ids_per_batch(raw)
         del raw
-        print(f"data: {cfg.n_batches} batches, {ids_per_batch:,.0f} IDs/batch, "
+        print(f"data: {cfg.n_batches} batches, {ipb:,.0f} IDs/batch, "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
         for n in CONTENDERS:
-            argv = [sys.executable, str(HERE / "bench_ps.py"), "--worker", n, "--config-json",
-                    cfg_json, "--data", str(data), "--ps-dir", str(ps_dir)]
-            workers[n] = Worker(n, argv, env)
-        for n, w in workers.items():
-            w.ready = w.recv()
-            if w.ready["checksum"] != checksum:
-                raise RuntimeError(f"worker {n} loaded different data")
-            print(f"  {n}: ready (setup {w.ready['setup_s']} s, pid {w.ready['pid']}"
-                  + (f", shard pids {w.ready['shard_pids']}" if w.ready["shard_pids"] else "") + ")",
-                  flush=True)
+            workers[n] = common.Worker(n, "benchmarks.bench_ps",
+                                       ["--worker", n, "--config-json", cfg_json, "--data", str(data),
+                                        "--ps-dir", str(ps_dir)], env)
+        common.wait_ready(workers, lambda r: f"setup {r['setup_s']} s, pid {r['pid']}"
+                                             + (f", shard pids {r['shard_pids']}" if r["shard_pids"] else ""),
+                          checksum)
 
         machine["engine_sources_sha1"] = {n: list(w.ready["engine"]) for n, w in workers.items()}
         if _sources_changed(machine):
@@ -517,9 +368,7 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         losses: dict[str, dict[int, float]] = {n: {} for n in CONTENDERS}
 
         def call(n: str, start: int, steps: int, timed: bool) -> None:
-            b0 = _busy_s()
-            r = workers[n].call(cmd="train", start=start, n=steps)
-            busy = _busy_s() - b0
+            r, busy = workers[n].call_busy(cmd="train", start=start, n=steps)
             losses[n].update({start + k: v for k, v in enumerate(r["losses"])})
             if not timed:
                 return
@@ -529,7 +378,7 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
             d["round_wall_s"].append(r["round_wall_s"])
             d["shard_cores"].append(r["shard_cpu_s"] / r["wall_s"])
             d["worker_cores"].append(r["cpu_s"] / r["wall_s"])
-            d["other_cpu"].append(max(0.0, busy - r["cpu_s"] - r["shard_cpu_s"]) / r["wall_s"])
+            d["other_cpu"].append(common.other_cores(busy, r, r["shard_cpu_s"]))
             d["wait_ms"].append(r["wait_ms"] / steps)
             d["stage_ms"].append({k: v / steps for k, v in r["stage_ms"].items()})
             d["step_parts_ms"].append(r["step_parts_ms"])
@@ -541,8 +390,7 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         for n in CONTENDERS:  # warm-up: JIT in workers and shards, allocator, vocabulary growth
             call(n, 0, cfg.warmup, timed=False)
         for r in range(cfg.rounds):
-            order = CONTENDERS[r % 2:] + CONTENDERS[: r % 2]
-            for n in order:
+            for n in common.rotation(CONTENDERS, r):
                 call(n, cfg.round_start(r), cfg.steps, timed=True)
             line = "  ".join(f"{n} {res[n]['sps'][-1]:,.0f}" for n in CONTENDERS)
             print(f"round {r + 1}/{cfg.rounds} samples/s: {line}  (shards used "
@@ -551,12 +399,11 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         for n in CONTENDERS:  # start, ready (shards up), end
             machine["engine_sources_sha1"][n].append(stats[n]["engine"])
     finally:
-        for w in workers.values():
-            w.close()
+        common.close_all(workers)
         left = stop_leftovers(ps_dir)
         shutil.rmtree(tmp, ignore_errors=True)
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    return assemble(cfg, res, losses, stats, machine, ids_per_batch, left, t_start)
+    return assemble(cfg, res, losses, stats, machine, ipb, left, t_start)
 
 
 def _sources_changed(machine: dict[str, Any]) -> bool:
@@ -565,15 +412,14 @@ def _sources_changed(machine: dict[str, Any]) -> bool:
 
 
 def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int, float]],
-             stats: dict[str, Any], machine: dict[str, Any], ids_per_batch: float,
+             stats: dict[str, Any], machine: dict[str, Any], ipb: float,
              left: list[int], t_start: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    out["samples_per_s"] = {n: spread(res[n]["sps"]) for n in CONTENDERS}
+    out["samples_per_s"] = {n: common.spread(res[n]["sps"]) for n in CONTENDERS}
     med = {n: out["samples_per_s"][n]["median"] for n in CONTENDERS}
     out["ratio"] = round(med["ps_direct"] / med["resident"], 3)
-    out["ratio_paired"] = round(_median([x / y for x, y in zip(res["ps_direct"]["sps"],
-                                                               res["resident"]["sps"],
-                                                               strict=True)]), 3)
+    out["ratio_paired"] = round(common.median(x / y for x, y in zip(res["ps_direct"]["sps"],
+                                                                    res["resident"]["sps"], strict=True)), 3)
     d = res["ps_direct"]
     steps = cfg.rounds * cfg.steps
     tot = {k: sum(c[k] for c in d["client"]) for k in ("bytes_pull", "bytes_push", "bytes_other",
@@ -627,11 +473,11 @@ def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int
     out["rows_per_step"] = {"unique": round(unique / steps), "pulled": round(pulled / steps),
                             "deferred_then_pulled": round(deferred / steps),
                             "deferred_fraction": round(deferred / max(unique, 1), 4)}
-    out["shard_cpu_cores"] = {"median": round(_median(d["shard_cores"]), 2),
+    out["shard_cpu_cores"] = {"median": round(common.median(d["shard_cores"]), 2),
                               "rounds": [round(x, 2) for x in d["shard_cores"]]}
-    common = sorted(set(losses["ps_direct"]) & set(losses["resident"]))
-    diffs = [abs(losses["ps_direct"][i] - losses["resident"][i]) for i in common]
-    out["losses_identical"] = bool(common) and max(diffs) == 0.0
+    both = sorted(set(losses["ps_direct"]) & set(losses["resident"]))
+    diffs = [abs(losses["ps_direct"][i] - losses["resident"][i]) for i in both]
+    out["losses_identical"] = bool(both) and max(diffs) == 0.0
     out["engine_sources_changed"] = _sources_changed(machine)
     out["loss_max_abs_diff"] = max(diffs) if diffs else None
     left_now = [p for p in left if Path(f"/proc/{p}").exists()]
@@ -640,16 +486,13 @@ def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int
     per: dict[str, Any] = {}
     for n in CONTENDERS:
         r = res[n]
-        stage_keys = sorted({k for s in r["stage_ms"] for k in s})
-        part_keys = list(r["step_parts_ms"][0]) if r["step_parts_ms"] else []
+        part_keys = list(r["step_parts_ms"][0]) if r["step_parts_ms"] else []  # in step order
         per[n] = {
             "samples_per_s": out["samples_per_s"][n],
-            "step_ms_p50": round(1e3 * _median(r["step_s"]), 1),
-            "step_ms_p10_p90": [round(1e3 * _pct(r["step_s"], q), 1) for q in (0.1, 0.9)],
+            **common.step_ms(r["step_s"]),
             "trainer_wait_ms_per_step": [round(x, 1) for x in r["wait_ms"]],
-            "stage_ms_per_step": {k: round(_median([s.get(k, 0.0) for s in r["stage_ms"]]), 2)
-                                  for k in stage_keys},
-            "step_parts_ms": {k: round(_median([s[k] for s in r["step_parts_ms"]]), 1)
+            "stage_ms_per_step": common.median_by_key(r["stage_ms"]),
+            "step_parts_ms": {k: round(common.median(s[k] for s in r["step_parts_ms"]), 1)
                               for k in part_keys},
             "worker_cpu_cores": [round(x, 2) for x in r["worker_cores"]],
             "other_cpu_cores": [round(x, 2) for x in r["other_cpu"]],
@@ -659,7 +502,7 @@ def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int
         }
     per["ps_direct"]["shard_cpu_cores"] = out["shard_cpu_cores"]["rounds"]
     out["contenders"] = per
-    out["config"] = {**dataclasses.asdict(cfg), "ids_per_batch": round(ids_per_batch),
+    out["config"] = {**dataclasses.asdict(cfg), "ids_per_batch": round(ipb),
                      "order": "alternating rounds (start rotated each round); one worker process "
                               "per contender; the ps_direct worker's shards are its child processes; "
                               "gated long-lived Prefetcher per contender"}
@@ -674,10 +517,10 @@ def print_report(out: dict[str, Any]) -> None:
           f"{'worker cores':>14}{'shard cores':>13}{'other cpu':>11}")
     for n, p in out["contenders"].items():
         s = p["samples_per_s"]
-        sh = _median(p["shard_cpu_cores"]) if "shard_cpu_cores" in p else 0.0
+        sh = common.median(p["shard_cpu_cores"]) if "shard_cpu_cores" in p else 0.0
         rng = f"{s['min']:,}-{s['max']:,}"
         print(f"{n:<12}{s['median']:>11,}{rng:>17}{p['step_ms_p50']:>13}"
-              f"{_median(p['worker_cpu_cores']):>14.2f}{sh:>13.2f}{max(p['other_cpu_cores']):>11}")
+              f"{common.median(p['worker_cpu_cores']):>14.2f}{sh:>13.2f}{max(p['other_cpu_cores']):>11}")
     for n, p in out["contenders"].items():
         print(f"  {n} step parts (ms/step, median over rounds): {p['step_parts_ms']}")
     print()
@@ -703,26 +546,14 @@ def print_report(out: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="8 tables x 100k rows, batch 1024, warm-up 3, 3 rounds x 4 steps: < 60 s")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size: 2 tables x 10k rows, batch 128, warm-up 2, 3 rounds x 2 steps")
-    ap.add_argument("--steps", type=int, help="timed train steps per contender per round")
-    ap.add_argument("--rounds", type=int, help="alternating timed rounds")
-    ap.add_argument("--warmup", type=int, help="untimed trained batches before round 0")
-    ap.add_argument("--threads", type=int, default=0, help="torch / numba threads (0: default)")
+    common.add_run_args(ap,
+                        quick="8 tables x 100k rows, batch 1024, warm-up 3, 3 rounds x 4 steps: < 60 s",
+                        tiny="smoke-test size: 2 tables x 10k rows, batch 128, warm-up 2, 3 rounds x 2 steps")
     ap.add_argument("--check-versions", action="store_true",
                     help="debug: check every row ps_direct trains against the PS's version (one "
                          "extra PEEK per table and step; a stale row stops the run, naming it)")
     ap.add_argument("--shards", type=int, help="PS shard processes (default 2)")
     ap.add_argument("--lookahead", type=int, help="batches planned (pulled) ahead (default 1)")
-    ap.add_argument("--tables", type=int)
-    ap.add_argument("--rows", type=int)
-    ap.add_argument("--batch", type=int)
-    ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--config-json", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--ps-dir", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -730,13 +561,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def config_from_args(a: argparse.Namespace) -> PSBenchConfig:
     cfg = PSBenchConfig(seed=a.seed, threads=a.threads, check_versions=a.check_versions)
-    if a.quick:
-        cfg = dataclasses.replace(cfg, rows=100_000, batch=1024, warmup=3, steps=4, rounds=3)
-    if a.tiny:
-        cfg = dataclasses.replace(cfg, tables=2, rows=10_000, batch=128, warmup=2, steps=2, rounds=3)
-    over = {k: getattr(a, k) for k in ("steps", "rounds", "warmup", "tables", "rows", "batch",
-                                         "shards", "lookahead")}
-    cfg = dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
+    cfg = common.sized(cfg, a,
+                       quick={"rows": 100_000, "batch": 1024, "warmup": 3, "steps": 4, "rounds": 3},
+                       tiny={"tables": 2, "rows": 10_000, "batch": 128, "warmup": 2, "steps": 2, "rounds": 3},
+                       overrides=("steps", "rounds", "warmup", "tables", "rows", "batch", "shards",
+                                  "lookahead"))
     if cfg.warmup < 1 or cfg.rounds < 1 or cfg.steps < 1 or cfg.shards < 1 or cfg.lookahead < 1:
         raise SystemExit("--warmup, --rounds, --steps, --shards and --lookahead must be >= 1")
     return cfg
@@ -745,13 +574,11 @@ def config_from_args(a: argparse.Namespace) -> PSBenchConfig:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.worker:
-        serve(a.worker, PSBenchConfig(**json.loads(a.config_json)), Path(a.data), Path(a.ps_dir))
+        serve_ps(a.worker, PSBenchConfig(**json.loads(a.config_json)), Path(a.data), Path(a.ps_dir))
         return 0
     out = run_bench(a)
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {a.json}")
+        common.write_json(a.json, out)
     return 0
 
 

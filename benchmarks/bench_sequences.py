@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Long behaviour sequences: DIN training throughput at sequence lengths 100, 1,000 and 10,000.
 
 Workloads (DIN: pairs [target_item, hist_item], [target_cate, hist_cate]; item and cate tables
@@ -29,11 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import platform
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,19 +36,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.common import SHARED_DATA, machine_info, write_json
+from cosparse.batch import SparseBatch
+from cosparse.config import TableConfig, config_from_mapping
+from cosparse.data import make_reader
+from cosparse.nn.din import DIN
+from cosparse.nn.types import Jagged
+from cosparse.store.dedup import Deduper
+from cosparse.train.trainer import Trainer
 
-from cosparse.batch import SparseBatch  # noqa: E402
-from cosparse.config import TableConfig, config_from_mapping  # noqa: E402
-from cosparse.data import make_reader  # noqa: E402
-from cosparse.nn.din import DIN  # noqa: E402
-from cosparse.nn.embedding import Jagged  # noqa: E402
-from cosparse.store.dedup import Deduper  # noqa: E402
-from cosparse.train.trainer import Trainer  # noqa: E402
-
-TAOBAO = ROOT.parent / "shared/data/taobao-userbehavior/UserBehavior_head84k.csv"
+TAOBAO = SHARED_DATA / "taobao-userbehavior" / "UserBehavior_head84k.csv"
 
 
 def din_mapping(seq_len: int, batch: int) -> dict[str, Any]:
@@ -235,13 +227,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = {"benchmark": "bench_sequences", "mode": "quick" if a.quick else "full",
            "seconds": time.perf_counter() - t0, "torch_threads": torch.get_num_threads(),
            "device": "cuda" if torch.cuda.is_available() else "cpu",
-           "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                       "cpu": platform.processor() or platform.machine()},
+           "machine": {**machine_info(), "torch": torch.__version__},
            "results": results}
     print(f"total {out['seconds']:.1f} s")
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(out, indent=2))
+        write_json(a.json, out)
     return out
 
 

@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """Tiered-store DLRM benchmark: all rows resident vs a 10% device tier (host 100% / host 25% + spill),
 plus device hit rates per eviction policy against Belady and the popularity oracle.
 
-Workload: the one of bench_inmemory.py (8 tables x 1M x 64 fp32, Zipf 1.05 IDs, bags 1..20, batch
-4096, DLRM 13-512-256-64 / 512-256-1, row-wise Adagrad on embeddings, Adagrad on dense; raw int64
-IDs, dynamic vocabulary). ``--quick`` / ``--tiny`` shrink it (see ``--help`` and benchmarks/README.md).
+Workload: benchmarks.common's (8 tables x 1M x 64 fp32, Zipf 1.05 IDs, bags 1..20, batch 4096,
+DLRM 13-512-256-64 / 512-256-1, row-wise Adagrad on embeddings, Adagrad on dense; raw int64 IDs,
+dynamic vocabulary). ``--quick`` / ``--tiny`` shrink it (see ``--help`` and benchmarks/README.md).
 
-Contenders, each in its OWN worker process (bench_inmemory's Worker protocol), ALTERNATING rounds:
+Contenders, each in its OWN worker process (benchmarks.common's protocol), ALTERNATING rounds:
   resident            EmbeddingCollection without tiers.
   dev10_host100       TierPlan(device_rows=10% of rows, host unbounded), lookahead 4, hotness.
   dev10_host25_spill  TierPlan(device 10%, host 25%, spill=True), lookahead 4, hotness.
@@ -43,34 +42,13 @@ import pstats
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from bench_inmemory import (  # noqa: E402 - benchmarks/ is not a package
-    BOTTOM,
-    NUM_DENSE,
-    TOP,
-    BenchConfig,
-    Worker,
-    _busy_s,
-    _median,
-    _pct,
-    cpu_s,
-    data_checksum,
-    machine_info,
-    make_batches,
-    peak_rss_mb,
-    rss_mb,
-    set_threads,
-)
+from benchmarks import common
 
 CONTENDERS = ("resident", "dev10_host100", "dev10_host25_spill")
 TIERED = CONTENDERS[1:]
@@ -85,36 +63,14 @@ COUNTER_KEYS = ("lookups", "device_hits", "host_hits", "backing_hits", "fresh_ro
                 "bytes_device_host", "bytes_backing_device", "bytes_host_backing")
 LINKS = {"host_device": "bytes_host_device", "device_host": "bytes_device_host",
          "backing_device": "bytes_backing_device", "host_backing": "bytes_host_backing"}
-
-
-def engine_fingerprint() -> str:
-    """Import the engine now and hash its store/nn sources: others may edit them mid-run, and the
-    plan-only passes must run the same code as the workers (the JSON records both hashes)."""
-    import hashlib
-
-    import cosparse.nn.embedding  # noqa: F401
-    import cosparse.nn.models  # noqa: F401
-    import cosparse.train.prefetch  # noqa: F401
-
-    root = HERE.parent / "cosparse"
-    h = hashlib.sha1()
-    for f in sorted([*root.glob("store/*.py"), *root.glob("nn/*.py")]):
-        h.update(f.read_bytes())
-    return h.hexdigest()[:12]
+# imported before the engine sources are hashed: others may edit them mid-run, and the plan-only
+# passes must run the same code as the workers (the JSON records every process's hash)
+ENGINE_MODULES = ("cosparse.nn.embedding", "cosparse.nn.models", "cosparse.train.prefetch")
 
 
 # ------------------------------------------------------------------------------------- config
 @dataclasses.dataclass
-class TiersConfig:
-    tables: int = 8
-    rows: int = 1_000_000
-    dim: int = 64
-    batch: int = 4096
-    alpha: float = 1.05
-    max_bag: int = 20
-    lr: float = 0.01
-    eps: float = 1e-8
-    seed: int = 1234
+class TiersConfig(common.Workload):
     warmup: int = 15  # untimed trained batches before round 0; also the hit-rate warm-up
     steps: int = 10
     rounds: int = 6
@@ -145,55 +101,16 @@ class TiersConfig:
     def host_rows(self) -> int:
         return max(1, int(round(self.rows * self.host_frac)))
 
-    def bench_config(self) -> BenchConfig:
-        """bench_inmemory's config that generates the same batches (same generator stream)."""
-        return BenchConfig(tables=self.tables, rows=self.rows, dim=self.dim, batch=self.batch,
-                           alpha=self.alpha, max_bag=self.max_bag, seed=self.seed,
-                           warmup=self.n_batches, steps=0, rounds=0, emb_steps=0, breakdown_steps=0)
 
-
-# --------------------------------------------------------------------------------------- data
-def save_batches(raw: list[dict[str, np.ndarray]], path: Path) -> None:
-    voff = np.zeros(len(raw) + 1, dtype=np.int64)
-    np.cumsum([b["values"].shape[0] for b in raw], out=voff[1:])
-    np.savez(path, values=np.concatenate([b["values"] for b in raw]), voff=voff,
-             lengths=np.stack([b["lengths"] for b in raw]), dense=np.stack([b["dense"] for b in raw]),
-             labels=np.stack([b["labels"] for b in raw]))
-
-
-def load_batches(path: Path) -> list[dict[str, np.ndarray]]:
-    z = np.load(path)
-    values, voff = z["values"], z["voff"]
-    lengths, dense, labels = z["lengths"], z["dense"], z["labels"]
-    return [{"values": values[voff[i]:voff[i + 1]], "lengths": lengths[i], "dense": dense[i],
-             "labels": labels[i]} for i in range(voff.shape[0] - 1)]
-
-
-def sparse_batches(cfg: TiersConfig, raw: list[dict[str, np.ndarray]]) -> list[Any]:
+# ----------------------------------------------------------------------------------- contenders
+def build_ec(cfg: TiersConfig, contender: str, policy: str = "hotness") -> Any:
     import torch
 
-    from cosparse.batch import SparseBatch
+    from cosparse.nn.embedding import EmbeddingCollection
+    from cosparse.store.types import TierPlan
+    from cosparse.supply.placements import tiered_tables
 
-    feats = [f"f{i}" for i in range(cfg.tables)]
-    out = []
-    for i, b in enumerate(raw):
-        sb = SparseBatch(list(feats), torch.from_numpy(b["values"]), torch.from_numpy(b["lengths"]),
-                         torch.from_numpy(b["dense"]), torch.from_numpy(b["labels"]), index=i)
-        _ = sb.offsets
-        out.append(sb)
-    return out
-
-
-def build_ec(cfg: TiersConfig, contender: str, policy: str = "hotness") -> Any:
-    from cosparse.config import OptimizerConfig, TableConfig
-    from cosparse.nn.embedding import EmbeddingCollection, TierPlan
-
-    tables = [
-        TableConfig(name=f"t{i}", dim=cfg.dim, features=[f"f{i}"], pooling="sum",
-                    optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=cfg.lr, eps=cfg.eps),
-                    num_embeddings=cfg.rows)
-        for i in range(cfg.tables)
-    ]
+    tables = common.table_configs(cfg)
     if contender == "resident":
         return EmbeddingCollection(tables, device="cpu")
     if contender == "dev10_host100":
@@ -202,8 +119,9 @@ def build_ec(cfg: TiersConfig, contender: str, policy: str = "hotness") -> Any:
         plan = TierPlan(cfg.device_rows, cfg.host_rows, True, device_policy=policy, decay=cfg.decay)
     else:
         raise ValueError(f"unknown contender {contender!r}")
-    return EmbeddingCollection(tables, device="cpu", tiers={t.name: plan for t in tables},
-                               lookahead=cfg.lookahead)
+    cpu = torch.device("cpu")
+    placements = tiered_tables(tables, cpu, {t.name: plan for t in tables})
+    return EmbeddingCollection(tables, cpu, placements, lookahead=cfg.lookahead)
 
 
 def snapshot(ec: Any) -> dict[str, Any]:
@@ -216,51 +134,30 @@ def snapshot(ec: Any) -> dict[str, Any]:
 class TierContender:
     """One contender: EC + DLRM, trained through one long-lived, gated Prefetcher."""
 
-    def __init__(self, name: str, cfg: TiersConfig, raw: list[dict[str, np.ndarray]]) -> None:
-        import numba
+    def __init__(self, name: str, cfg: TiersConfig, raw: list[common.Batch]) -> None:
         import torch
 
-        from cosparse.nn.models import DLRM
         from cosparse.train.prefetch import Prefetcher
 
-        if cfg.threads:
-            numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))
+        common.set_numba_threads(cfg.threads)
         self.name, self.cfg = name, cfg
         torch.manual_seed(cfg.seed)
         self.ec = build_ec(cfg, name)
-        self.model = DLRM(self.ec, NUM_DENSE, bottom=[*BOTTOM, cfg.dim], top=list(TOP))
-        self.model.train()
-        self.opt = torch.optim.Adagrad(self.model.parameters(), lr=cfg.lr)
-        self.batches = sparse_batches(cfg, raw)
-        self.cond = threading.Condition()
-        self.allowed = -1  # the source may yield batches with index <= allowed
-        self.stopped = False
-        self.pf = Prefetcher(self.ec.staged(self._source(), cfg.horizon), self._snap, cfg.lookahead)
+        self.model, self.opt = common.cosparse_dlrm(self.ec, cfg)
+        self.gate = common.GatedSource(common.sparse_batches(cfg, raw))
+        self.pf = Prefetcher(self.ec.staged(iter(self.gate), cfg.horizon), self._snap, cfg.lookahead)
         self.it = iter(self.pf)
         self.trained = 0
         self.last_loss = float("nan")
-
-    def _source(self):
-        for i, sb in enumerate(self.batches):
-            with self.cond:
-                while self.allowed < i and not self.stopped:
-                    self.cond.wait(0.1)
-                if self.stopped:
-                    return
-            yield sb
 
     def _snap(self, p: Any) -> Any:
         p.bench_snap = snapshot(self.ec)  # right after this batch was planned, on this thread
         return p
 
     def train(self, start: int, n: int) -> dict[str, Any]:
-        import torch.nn.functional as F
-
         if start != self.trained:
             raise RuntimeError(f"{self.name}: asked to train from batch {start}, next is {self.trained}")
-        with self.cond:  # may read up to the horizon past the next round's first batch
-            self.allowed = start + n + self.cfg.horizon
-            self.cond.notify_all()
+        self.gate.allow(start + n + self.cfg.horizon)  # up to the horizon past the next round's first
         stage0 = dict(self.ec.stage_ms)
         wait0 = self.pf.wait_ms
         times, snaps, plan_ms, prep_ms = [], {}, [], []
@@ -269,12 +166,7 @@ class TierContender:
             p = next(self.it)
             if p.batch.index != start + k:
                 raise RuntimeError(f"{self.name}: got batch {p.batch.index}, expected {start + k}")
-            self.opt.zero_grad(set_to_none=True)
-            logits = self.model(p)
-            loss = F.binary_cross_entropy_with_logits(logits, p.batch.labels)
-            loss.backward()
-            self.opt.step()
-            self.ec.apply_gradients()
+            loss = common.train_step(self.model, self.opt, self.ec, p)
             now = time.perf_counter()
             times.append(now - last)
             last = now
@@ -296,67 +188,28 @@ class TierContender:
                 "rows_per_table": int(np.mean([t.num_rows for t in self.ec.tables.values()]))}
 
     def close(self) -> None:
-        with self.cond:
-            self.stopped = True
-            self.cond.notify_all()
+        self.gate.stop()
         self.ec.planner.cancel()
         self.pf.close()
         self.ec.planner.reset(self.trained)
 
 
-def serve(name: str, cfg: TiersConfig, data: Path) -> None:
-    """Worker loop (bench_inmemory's protocol: JSON lines on the original stdout)."""
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+def serve_tiers(name: str, cfg: TiersConfig, data: Path) -> None:
+    """Worker: load the batches the parent saved, build the contender, answer train / stats."""
 
-    def send(msg: dict[str, Any]) -> None:
-        proto.write(json.dumps(msg) + "\n")
-        proto.flush()
-
-    try:
-        set_threads(cfg.threads)
+    def setup() -> tuple[TierContender, dict[str, Any]]:
+        common.set_threads(cfg.threads)
         t0 = time.perf_counter()
-        fingerprint = engine_fingerprint()
-        raw = load_batches(data)
-        checksum = data_checksum(raw)
-        rss_data = rss_mb()
+        fingerprint = common.engine_fingerprint(ENGINE_MODULES)
+        raw = common.load_batches(data)
+        checksum = common.data_checksum(raw)
+        rss_data = common.rss_mb()
         c = TierContender(name, cfg, raw)
-        send({"ready": True, "checksum": checksum, "engine": fingerprint,
-              "setup_s": round(time.perf_counter() - t0, 2), "rss_after_data_mb": round(rss_data),
-              "pid": os.getpid()})
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        import traceback
+        return c, {"checksum": checksum, "engine": fingerprint,
+                   "setup_s": round(time.perf_counter() - t0, 2), "rss_after_data_mb": round(rss_data)}
 
-        traceback.print_exc()
-        send({"error": f"{type(e).__name__}: {e}"})
-        return
-    try:
-        for line in sys.stdin:
-            cmd = json.loads(line)
-            try:
-                op = cmd["cmd"]
-                if op == "quit":
-                    send({"bye": True})
-                    return
-                c0, w0 = cpu_s(), time.perf_counter()
-                if op == "train":
-                    res = c.train(cmd["start"], cmd["n"])
-                elif op == "stats":
-                    res = {"peak_rss_mb": round(peak_rss_mb()), "rss_mb": round(rss_mb()),
-                           "info": c.stats()}
-                else:
-                    raise ValueError(f"unknown command {op!r}")
-                res["wall_s"] = time.perf_counter() - w0
-                res["cpu_s"] = cpu_s() - c0
-                send(res)
-            except BaseException as e:  # noqa: BLE001 - reported to the parent
-                import traceback
-
-                traceback.print_exc()
-                send({"error": f"{type(e).__name__}: {e}"})
-    finally:
-        c.close()
+    common.serve(setup, {"train": lambda c, cmd: c.train(cmd["start"], cmd["n"]),
+                         "stats": lambda c, cmd: common.process_stats(c.stats())})
 
 
 # ---------------------------------------------------------------------------- plan-only passes
@@ -433,7 +286,7 @@ def engine_figures(snaps: dict[Any, Any], cfg: TiersConfig) -> dict[str, Any]:
     }
 
 
-def build_traces(cfg: TiersConfig, raw: list[dict[str, np.ndarray]]) -> list[tuple[list[np.ndarray], int]]:
+def build_traces(cfg: TiersConfig, raw: list[common.Batch]) -> list[tuple[list[np.ndarray], int]]:
     """Per table: the unique IDs of each trained batch, mapped to dense ints 0..V-1, and V."""
     per_table: list[list[np.ndarray]] = [[] for _ in range(cfg.tables)]
     for b in raw[: cfg.n_train]:
@@ -504,49 +357,36 @@ def simulate_all(cfg: TiersConfig, traces: list[tuple[list[np.ndarray], int]]) -
 
 
 # ------------------------------------------------------------------------------------ parent
-def spread(xs: list[float]) -> dict[str, Any]:
-    return {"median": round(_median(xs)), "min": round(min(xs)), "max": round(max(xs)),
-            "p25": round(_pct(xs, 0.25)), "p75": round(_pct(xs, 0.75)), "rounds": [round(x) for x in xs]}
-
-
 def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     cfg = config_from_args(a)
-    env = dict(os.environ)
-    if cfg.threads:
-        env["OMP_NUM_THREADS"] = str(cfg.threads)
-        env["NUMBA_NUM_THREADS"] = str(cfg.threads)
-        set_threads(cfg.threads)
+    env = common.worker_env(cfg.threads)
+    common.set_threads(cfg.threads)
     cfg_json = json.dumps(dataclasses.asdict(cfg))
-    machine = machine_info()
-    engine = engine_fingerprint()
+    machine = common.machine_info()
+    engine = common.engine_fingerprint(ENGINE_MODULES)
     print(f"config: {cfg_json}\n  device_rows/table {cfg.device_rows:,}, host_rows/table (spill) "
           f"{cfg.host_rows:,}, trained batches {cfg.n_train} (warm-up {cfg.warmup})\n"
           f"machine: {json.dumps(machine)}", flush=True)
     t_start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="bench_tiers_"))
-    workers: dict[str, Worker] = {}
+    workers: dict[str, common.Worker] = {}
     try:
         t0 = time.perf_counter()
-        raw = make_batches(cfg.bench_config())
+        raw = common.make_batches(cfg, cfg.n_batches)
         data = tmp / "batches.npz"
-        save_batches(raw, data)
+        common.save_batches(raw, data)
         datagen_s = time.perf_counter() - t0
-        checksum = data_checksum(raw)
-        ids_per_batch = float(np.mean([b["values"].shape[0] for b in raw]))
-        print(f"data: {len(raw)} batches, {ids_per_batch:,.0f} IDs/batch, {datagen_s:.1f} s", flush=True)
+        checksum = common.data_checksum(raw)
+        ipb = common.ids_per_batch(raw)
+        print(f"data: {len(raw)} batches, {ipb:,.0f} IDs/batch, {datagen_s:.1f} s", flush=True)
         for n in CONTENDERS:
-            argv = [sys.executable, str(HERE / "bench_tiers.py"), "--worker", n, "--config-json",
-                    cfg_json, "--data", str(data)]
-            workers[n] = Worker(n, argv, env)
+            workers[n] = common.Worker(n, "benchmarks.bench_tiers",
+                                       ["--worker", n, "--config-json", cfg_json, "--data", str(data)], env)
         # while the workers set up (untimed): the ID traces and the simulator
         traces = build_traces(cfg, raw)
         sim = simulate_all(cfg, traces)
         print(f"simulator done ({sim['_sim_s']} s)", flush=True)
-        for n, w in workers.items():
-            w.ready = w.recv()
-            if w.ready["checksum"] != checksum:
-                raise RuntimeError(f"worker {n} loaded different data")
-            print(f"  {n}: ready (setup {w.ready['setup_s']} s, engine {w.ready['engine']})", flush=True)
+        common.wait_ready(workers, lambda r: f"setup {r['setup_s']} s, engine {r['engine']}", checksum)
         machine["engine_sources_sha1"] = {"parent": engine, **{n: w.ready["engine"]
                                                                for n, w in workers.items()}}
 
@@ -555,15 +395,14 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
                                               "stage_ms": [], "loss": None} for n in CONTENDERS}
 
         def call(n: str, start: int, steps: int, timed: bool) -> None:
-            b0 = _busy_s()
-            r = workers[n].call(cmd="train", start=start, n=steps)
+            r, busy = workers[n].call_busy(cmd="train", start=start, n=steps)
             d = res[n]
             d["snaps"].update({int(k): v for k, v in r["snaps"].items()})
             d["loss"] = r["loss"]
             if timed:
                 d["sps"].append(steps * cfg.batch / sum(r["step_s"]))
                 d["step_s"].extend(r["step_s"])
-                d["other_cpu"].append(round(max(0.0, (_busy_s() - b0) - r["cpu_s"]) / r["wall_s"], 2))
+                d["other_cpu"].append(round(common.other_cores(busy, r), 2))
                 d["plan_ms"].extend(r["plan_ms"])
                 d["prep_ms"].extend(r["prep_ms"])
                 d["wait_ms"].append(r["wait_ms"] / steps)
@@ -572,40 +411,38 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         for n in CONTENDERS:  # warm-up: JIT, allocator, cache fill; the hit-rate warm-up too
             call(n, 0, cfg.warmup, timed=False)
         for r in range(cfg.rounds):
-            order = CONTENDERS[r % 3:] + CONTENDERS[: r % 3]
-            for n in order:
+            for n in common.rotation(CONTENDERS, r):
                 call(n, cfg.round_start(r), cfg.steps, timed=True)
             line = "  ".join(f"{n} {res[n]['sps'][-1]:,.0f}" for n in CONTENDERS)
             print(f"round {r + 1}/{cfg.rounds} samples/s: {line}", flush=True)
         stats = {n: w.call(cmd="stats") for n, w in workers.items()}
     finally:
-        for w in workers.values():
-            w.close()
+        common.close_all(workers)
         shutil.rmtree(tmp, ignore_errors=True)
 
     # ----- policy passes (plan-only), after the timed rounds, workers gone
     policy: dict[str, Any] = {}
     if cfg.policy_passes:
-        sbs = sparse_batches(cfg, raw)
+        sbs = common.sparse_batches(cfg, raw)
         for pol in POLICIES:
             t0 = time.perf_counter()
             policy[pol] = plan_only(cfg, sbs, pol, profile=(pol == "hotness"))
             print(f"plan-only pass {pol}: {time.perf_counter() - t0:.1f} s", flush=True)
         del sbs
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    return assemble(cfg, res, stats, policy, sim, machine, ids_per_batch, t_start)
+    return assemble(cfg, res, stats, policy, sim, machine, ipb, t_start)
 
 
 def assemble(cfg: TiersConfig, res: dict[str, Any], stats: dict[str, Any], policy: dict[str, Any],
-             sim: dict[str, Any], machine: dict[str, Any], ids_per_batch: float,
+             sim: dict[str, Any], machine: dict[str, Any], ipb: float,
              t_start: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    out["samples_per_s"] = {n: spread(res[n]["sps"]) for n in CONTENDERS}
+    out["samples_per_s"] = {n: common.spread(res[n]["sps"]) for n in CONTENDERS}
     med = {n: out["samples_per_s"][n]["median"] for n in CONTENDERS}
 
     def paired(x: str) -> float:
-        return round(_median([a / b for a, b in zip(res[x]["sps"], res["resident"]["sps"],
-                                                    strict=True)]), 3)
+        pairs = zip(res[x]["sps"], res["resident"]["sps"], strict=True)
+        return round(common.median(a / b for a, b in pairs), 3)
 
     out["tiered_over_resident"] = round(med["dev10_host100"] / med["resident"], 3)
     out["tiered_over_resident_paired"] = paired("dev10_host100")
@@ -656,20 +493,17 @@ def assemble(cfg: TiersConfig, res: dict[str, Any], stats: dict[str, Any], polic
     out["targets"] = {k: {"value": v, "target": TARGETS[k], "pass": bool(v >= TARGETS[k])}
                       for k, v in targets.items()}
     out["plan_profile"] = policy.get("hotness", {}).get("profile", {})
-    out["plan_only_plan_ms_p50"] = {p: round(_median(v["plan_ms"]), 1) for p, v in policy.items()}
+    out["plan_only_plan_ms_p50"] = {p: round(common.median(v["plan_ms"]), 1) for p, v in policy.items()}
     per: dict[str, Any] = {}
     for n in CONTENDERS:
         d = res[n]
-        stage_keys = sorted({k for s in d["stage_ms"] for k in s})
         per[n] = {
             "samples_per_s": out["samples_per_s"][n],
-            "step_ms_p50": round(1e3 * _median(d["step_s"]), 1),
-            "step_ms_p10_p90": [round(1e3 * _pct(d["step_s"], q), 1) for q in (0.1, 0.9)],
-            "plan_ms_per_batch_p50_p90": [round(_pct(d["plan_ms"], q), 1) for q in (0.5, 0.9)],
-            "prep_ms_per_batch_p50": round(_median(d["prep_ms"]), 1),
+            **common.step_ms(d["step_s"]),
+            "plan_ms_per_batch_p50_p90": [round(common.pct(d["plan_ms"], q), 1) for q in (0.5, 0.9)],
+            "prep_ms_per_batch_p50": round(common.median(d["prep_ms"]), 1),
             "trainer_wait_ms_per_step": [round(x, 1) for x in d["wait_ms"]],
-            "stage_ms_per_step": {k: round(_median([s.get(k, 0.0) for s in d["stage_ms"]]), 2)
-                                  for k in stage_keys},
+            "stage_ms_per_step": common.median_by_key(d["stage_ms"]),
             "other_cpu_cores": d["other_cpu"],
             "loss_last": None if d["loss"] is None else round(d["loss"], 4),
             "peak_rss_mb": stats[n]["peak_rss_mb"],
@@ -680,7 +514,7 @@ def assemble(cfg: TiersConfig, res: dict[str, Any], stats: dict[str, Any], polic
     out["contenders"] = per
     out["policy_passes"] = {p: {k: v for k, v in f.items()} for p, f in pol.items()}
     out["config"] = {**dataclasses.asdict(cfg), "device_rows": cfg.device_rows,
-                     "host_rows_spill": cfg.host_rows, "ids_per_batch": round(ids_per_batch),
+                     "host_rows_spill": cfg.host_rows, "ids_per_batch": round(ipb),
                      "order": "alternating rounds (start rotated each round); one process per "
                               "contender; gated long-lived Prefetcher per contender"}
     out["machine"] = machine
@@ -694,7 +528,7 @@ def print_report(out: dict[str, Any]) -> None:
           f"{'wait ms/step':>14}{'other cpu':>11}")
     for n, p in out["contenders"].items():
         s = p["samples_per_s"]
-        wait = _median(p["trainer_wait_ms_per_step"])
+        wait = common.median(p["trainer_wait_ms_per_step"])
         rng = f"{s['min']:,}-{s['max']:,}"
         print(f"{n:<20}{s['median']:>11,}{rng:>17}{p['step_ms_p50']:>13}"
               f"{p['plan_ms_per_batch_p50_p90'][0]:>13}{wait:>14.1f}{max(p['other_cpu_cores']):>11}")
@@ -727,40 +561,27 @@ def print_report(out: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="8 tables x 100k rows, batch 512 (device 10k rows), warm-up 5, "
-                         "5 rounds x 4 steps: < 60 s")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size: 2 tables x 10k rows, batch 128, warm-up 2, 5 rounds x 2 steps")
-    ap.add_argument("--steps", type=int, help="timed train steps per contender per round")
-    ap.add_argument("--rounds", type=int, help="alternating timed rounds (>= 5 recommended)")
-    ap.add_argument("--warmup", type=int, help="untimed trained batches before round 0 "
-                                               "(also left out of the hit rates)")
-    ap.add_argument("--threads", type=int, default=0, help="torch / numba threads (0: default)")
-    ap.add_argument("--tables", type=int)
-    ap.add_argument("--rows", type=int)
-    ap.add_argument("--batch", type=int)
+    common.add_run_args(ap,
+                        quick="8 tables x 100k rows, batch 512 (device 10k rows), warm-up 5, "
+                              "5 rounds x 4 steps: < 60 s",
+                        tiny="smoke-test size: 2 tables x 10k rows, batch 128, warm-up 2, 5 rounds x 2 steps",
+                        rounds="alternating timed rounds (>= 5 recommended)",
+                        warmup="untimed trained batches before round 0 (also left out of the hit rates)")
     ap.add_argument("--lookahead", type=int)
     ap.add_argument("--horizon", type=int, help="batches read beyond the pinned window (0: off)")
-    ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-policy-passes", action="store_true",
                     help="skip the plan-only lru/lfu/hotness passes")
-    ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--config-json", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
 def config_from_args(a: argparse.Namespace) -> TiersConfig:
     cfg = TiersConfig(seed=a.seed, threads=a.threads, policy_passes=not a.no_policy_passes)
-    if a.quick:
-        cfg = dataclasses.replace(cfg, rows=100_000, batch=512, warmup=5, steps=4, rounds=5)
-    if a.tiny:
-        cfg = dataclasses.replace(cfg, tables=2, rows=10_000, batch=128, warmup=2, steps=2, rounds=5)
-    over = {k: getattr(a, k) for k in ("steps", "rounds", "warmup", "tables", "rows", "batch", "horizon",
-                                         "lookahead")}
-    cfg = dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
+    cfg = common.sized(cfg, a,
+                       quick={"rows": 100_000, "batch": 512, "warmup": 5, "steps": 4, "rounds": 5},
+                       tiny={"tables": 2, "rows": 10_000, "batch": 128, "warmup": 2, "steps": 2, "rounds": 5},
+                       overrides=("steps", "rounds", "warmup", "tables", "rows", "batch", "horizon",
+                                  "lookahead"))
     if cfg.warmup < 1 or cfg.rounds < 1 or cfg.steps < 1:
         raise SystemExit("--warmup, --rounds and --steps must be >= 1")
     return cfg
@@ -769,13 +590,11 @@ def config_from_args(a: argparse.Namespace) -> TiersConfig:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.worker:
-        serve(a.worker, TiersConfig(**json.loads(a.config_json)), Path(a.data))
+        serve_tiers(a.worker, TiersConfig(**json.loads(a.config_json)), Path(a.data))
         return 0
     out = run_bench(a)
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {a.json}")
+        common.write_json(a.json, out)
     return 0
 
 

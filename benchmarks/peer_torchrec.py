@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """TorchRec peer worker for bench_inmemory.py, run by the interpreter of .venv-peers (``make peers``).
 
 TorchRec DistributedModelParallel (gloo, world_size 1, CPU) over a DLRM whose EmbeddingBagCollection
@@ -6,10 +5,11 @@ the planner shards into FBGEMM CPU TBE (SplitTableBatchedEmbeddingBagsCodegen, E
 with row-wise Adagrad fused into backward (apply_optimizer_in_backward(torchrec RowWiseAdagrad)) and
 torch.optim.Adagrad on the dense parameters (KeyedOptimizerWrapper + CombinedOptimizer).
 
-It shares the workload generator and the worker protocol with bench_inmemory.py (imported from this
-directory; that module needs only numpy and torch at import time), so the data is bit-identical
-(the parent compares checksums). Run standalone for a quick check:
-``.venv-peers/bin/python benchmarks/peer_torchrec.py --selftest``.
+It is bench_inmemory's fourth contender, in a process of its own: it takes the workload from
+benchmarks.common and the contender interface and worker loop from benchmarks.bench_inmemory (both
+import only numpy at module level; .venv-peers has no cosparse), so the data is bit-identical (the
+parent compares checksums). Run standalone from the repository root for a quick check:
+``.venv-peers/bin/python -m benchmarks.peer_torchrec --selftest``.
 """
 
 from __future__ import annotations
@@ -21,23 +21,10 @@ import socket
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_inmemory import (  # noqa: E402
-    BOTTOM,
-    NUM_DENSE,
-    TOP,
-    BenchConfig,
-    Contender,
-    make_batches,
-    serve,
-    upstream_grads,
-)
+from benchmarks.bench_inmemory import BenchConfig, Contender, serve_contender
+from benchmarks.common import BOTTOM, NUM_DENSE, TOP, Batch, make_batches, upstream_grads
 
 
 class TorchRecContender(Contender):
@@ -45,7 +32,7 @@ class TorchRecContender(Contender):
 
     name = "torchrec"
 
-    def __init__(self, cfg: BenchConfig, raw: list[dict[str, np.ndarray]]) -> None:
+    def __init__(self, cfg: BenchConfig, raw: list[Batch]) -> None:
         import fbgemm_gpu
         import torch
         import torch.distributed as dist
@@ -67,7 +54,7 @@ class TorchRecContender(Contender):
         self.cfg = cfg
         self.versions = {"torch": torch.__version__, "fbgemm_gpu": fbgemm_gpu.__version__,
                          "torchrec": getattr(torchrec, "__version__", "?")}
-        keys = [f"f{i}" for i in range(cfg.tables)]
+        keys = cfg.features
         tables = [
             EmbeddingBagConfig(name=f"t{i}", embedding_dim=cfg.dim, num_embeddings=cfg.rows,
                                feature_names=[keys[i]], pooling=PoolingType.SUM)
@@ -161,13 +148,13 @@ def main() -> int:
     if a.selftest:
         cfg = BenchConfig(tables=2, rows=10_000, batch=256, warmup=1, steps=3, rounds=1, emb_steps=2,
                           breakdown_steps=0)
-        c = TorchRecContender(cfg, make_batches(cfg))
+        c = TorchRecContender(cfg, make_batches(cfg, cfg.num_batches))
         full = c.full(0, 3)
         emb, stages = c.emb(3, 2)
         print(json.dumps({"full_ms": [round(1e3 * x, 1) for x in full], "emb_stages_ms": stages,
                           "loss": c.last_loss, **c.info()}))
         return 0
-    serve(TorchRecContender, BenchConfig(**json.loads(a.config_json)))
+    serve_contender(TorchRecContender, BenchConfig(**json.loads(a.config_json)))
     return 0
 
 

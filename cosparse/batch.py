@@ -28,6 +28,8 @@ class SparseBatch:
     delivery, wire_bytes: see the field comments (set by the batch stream).
     dense_keys: names of the ``dense`` columns, when the source names them (the feature platform).
     features_computed: feature computations the extractor ran to build this batch (0: no platform).
+    build_ms: time the reader took to build this batch (parse and featurize), wherever it ran.
+    prepared_ids: per table, the ID work a data worker already did (``TableIds``), or None.
     """
 
     keys: list[str]
@@ -44,6 +46,8 @@ class SparseBatch:
     wire_bytes: int = field(default=0, repr=False, compare=False)
     dense_keys: list[str] | None = field(default=None, compare=False)
     features_computed: int = field(default=0, compare=False)
+    build_ms: float = field(default=0.0, compare=False)
+    prepared_ids: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.values.dtype != torch.int64:
@@ -92,6 +96,7 @@ class SparseBatch:
             self.index,
             dense_keys=self.dense_keys,
             features_computed=self.features_computed,
+            build_ms=self.build_ms,
         )
 
     # --- TorchRec KeyedJaggedTensor layout -------------------------------------------------
@@ -122,6 +127,7 @@ class SparseBatch:
             "index": self.index,
             "dense_keys": None if self.dense_keys is None else list(self.dense_keys),
             "features_computed": self.features_computed,
+            "build_ms": self.build_ms,
         }
 
     @classmethod
@@ -136,6 +142,7 @@ class SparseBatch:
             int(a["index"]),  # type: ignore[arg-type]
             dense_keys=a.get("dense_keys"),  # type: ignore[arg-type]
             features_computed=int(a.get("features_computed", 0)),  # type: ignore[arg-type]
+            build_ms=float(a.get("build_ms", 0.0)),  # type: ignore[arg-type]
         )
 
 
@@ -156,4 +163,5 @@ def concat_batches(batches: list[SparseBatch]) -> SparseBatch:
         torch.cat([b.dense for b in batches]), torch.cat([b.labels for b in batches]),
         sum(b.bad_records for b in batches), batches[0].index, dense_keys=batches[0].dense_keys,
         features_computed=sum(b.features_computed for b in batches),
+        build_ms=sum(b.build_ms for b in batches),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from cosparse.config import load_config
 
@@ -43,7 +44,7 @@ def _train(args: argparse.Namespace) -> int:
         final = trainer.run()
     finally:
         trainer.close()
-    from cosparse.train.metrics import dumps_metrics
+    from cosparse.strict_json import dumps_metrics
 
     print(dumps_metrics({"final": final}, sort_keys=True))  # an undefined metric is null
     return 0
@@ -69,6 +70,16 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
 
     return body()
+
+
+def _report(args: argparse.Namespace) -> int:
+    from cosparse.report.compare_file import read_compare
+    from cosparse.report.html import write_report
+
+    doc = read_compare(args.compare, lambda m: print(m, file=sys.stderr))
+    out = write_report(doc, args.out or Path(args.compare).with_name("report.html"))
+    print(f"wrote {out}")
+    return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -304,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--data", default=None, help="override data.path")
     c.add_argument("--out", default="runs/compare", help="directory for compare.json and report.html")
     c.set_defaults(func=_compare)
+    r = sub.add_parser("report", help="render report.html again from a saved compare.json")
+    r.add_argument("compare", help="a compare.json of `cosparse compare`")
+    r.add_argument("--out", default=None, help="the HTML file (default: report.html beside it)")
+    r.set_defaults(func=_report)
     _add_ps(sub)
     _add_features(sub)
     return p

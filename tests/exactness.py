@@ -109,7 +109,7 @@ def run(cfg: Config, resume_at: int | None = None, ckpt_dir: Path | None = None)
         t.resume(str(ckpt_dir))
         t.run()
         losses = first.losses + t.losses
-    pids = list(t.shards.pids) if t.shards is not None else []
+    pids = list(getattr(t.path, "shard_pids", []))
     rows = {}
     for name, state in t.ec.export_rows().items():
         order = np.argsort(state["ids"])
@@ -148,7 +148,8 @@ def tiered(cfg: Config, device_rows: int, lookahead: int, workers: int, policy: 
         host=HostTierConfig(rows=host_rows, spill=host_rows is not None, spill_to=spill_to),
         remote=RemoteConfig(embedded=True, num_shards=2),
     )
-    cfg.supply = SupplyConfig(lookahead=lookahead, horizon=horizon)
+    cfg.supply = SupplyConfig(path="ps-tiered" if spill_to == "remote" else "resident",
+                              lookahead=lookahead, horizon=horizon)
     cfg.data.workers = workers
     return cfg
 

@@ -8,7 +8,9 @@ import torch
 
 from cosparse.batch import SparseBatch
 from cosparse.config import OptimizerConfig, TableConfig
-from cosparse.nn.embedding import EmbeddingCollection, TierPlan
+from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.store.types import TierPlan
+from cosparse.supply.placements import tiered_tables
 
 
 def _batch(ids):
@@ -18,7 +20,7 @@ def _batch(ids):
 
 
 def _train_step(ec, batch):
-    out = ec(batch)["a"]
+    out = ec(ec.prepare_and_stage(batch))["a"]
     out.sum().backward()
     ec.apply_gradients()
     return out.detach()
@@ -27,7 +29,8 @@ def _train_step(ec, batch):
 def test_admission_reads_the_default_row_until_k_sightings():
     tc = TableConfig(name="t", dim=4, features=["a"], optimizer=OptimizerConfig(kind="sgd", lr=1.0))
     for tiers in (None, {"t": TierPlan(device_rows=8)}):
-        ec = EmbeddingCollection([tc], tiers=tiers, admit_after=3)
+        placements = None if tiers is None else tiered_tables([tc], torch.device("cpu"), tiers)
+        ec = EmbeddingCollection([tc], "cpu", placements, admit_after=3)
         table = ec.tables["t"]
         for sighting in (1, 2):
             out = _train_step(ec, _batch([7, 8]))
@@ -46,8 +49,8 @@ def test_admission_reads_the_default_row_until_k_sightings():
 
 def test_ttl_drops_untouched_rows_from_every_tier():
     tc = TableConfig(name="t", dim=4, features=["a"], optimizer=OptimizerConfig(kind="sgd", lr=0.5))
-    ec = EmbeddingCollection([tc], tiers={"t": TierPlan(device_rows=4, host_rows=8, spill=True,
-                                                        ttl_steps=4)})
+    plans = {"t": TierPlan(device_rows=4, host_rows=8, spill=True, ttl_steps=4)}
+    ec = EmbeddingCollection([tc], "cpu", tiered_tables([tc], torch.device("cpu"), plans))
     table = ec.tables["t"]
     _train_step(ec, _batch([1, 2, 3, 4]))
     _train_step(ec, _batch([5, 6, 7, 8]))  # 1..4 written down to the host

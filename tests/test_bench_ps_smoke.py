@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = REPO / "benchmarks" / "bench_ps.py"
+BENCH = ["-m", "benchmarks.bench_ps"]  # run from the repository root
 
 
 def _ps_serve_pids(pids: list[int]) -> list[int]:
@@ -30,7 +30,7 @@ def _ps_serve_pids(pids: list[int]) -> list[int]:
 def test_bench_ps_tiny(tmp_path: Path) -> None:
     out = tmp_path / "ps.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--tiny", "--threads", "2", "--check-versions", "--json",
+        [sys.executable, *BENCH, "--tiny", "--threads", "2", "--check-versions", "--json",
          str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )

@@ -1,5 +1,6 @@
-"""Smoke test of benchmarks/bench_inmemory.py: a --tiny run (2 tables x 10k rows, batch 256,
-2 rounds x 3 steps) in a subprocess, checking the JSON it writes. Takes ~15 s on 2 cores.
+"""Smoke test of benchmarks/bench_inmemory.py (``python -m benchmarks.bench_inmemory``): a --tiny
+run (2 tables x 10k rows, batch 256, 2 rounds x 3 steps) in a subprocess, checking the JSON it
+writes. Takes ~15 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = REPO / "benchmarks" / "bench_inmemory.py"
+BENCH = ["-m", "benchmarks.bench_inmemory"]  # run from the repository root
 
 
 def test_bench_inmemory_tiny(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--tiny", "--threads", "2", "--json", str(out)],
+        [sys.executable, *BENCH, "--quick", "--tiny", "--threads", "2", "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -39,7 +40,7 @@ def test_bench_inmemory_tiny(tmp_path: Path) -> None:
 
 def test_peer_missing_venv_fails_clearly(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--tiny", "--peer", "torchrec",
+        [sys.executable, *BENCH, "--tiny", "--peer", "torchrec",
          "--peer-python", str(tmp_path / "nope" / "python")],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )

@@ -18,10 +18,11 @@ from cosparse.config import ConfigError, validate
 from cosparse.link import LinkShaper
 from cosparse.supply.collaborative import SupplyFailure
 from cosparse.supply.collaborative.resident_filter import FilterBoard, FilterLayout, FilterView
-from cosparse.supply.collaborative.shared_batch import read_arrays, shared_dir, write_arrays
+from cosparse.supply.collaborative.shared_batch import read_arrays, write_arrays
 from cosparse.supply.collaborative.supply import CollaborativeSupply, DeliveredSource
 from cosparse.supply.collaborative.types import DeliveredRows
 from cosparse.supply.collaborative.writeback_log import WriteBackLog
+from cosparse.supply.shared_memory import shared_dir
 from cosparse.train.trainer import Trainer
 
 
@@ -69,7 +70,7 @@ def test_a_delivered_row_older_than_the_last_write_back_is_dropped():
     rows = np.arange(8, dtype=np.float32).reshape(4, 2)
     counters = np.array([10, 10], dtype=np.int64)  # both shards' write counters at pull time
     log.record(np.array([5, 11], dtype=np.int64), np.array([10, 12], dtype=np.int64))
-    src = DeliveredSource(DeliveredRows(ids, rows, np.zeros(4, np.int64), counters), log, 1)
+    src = DeliveredSource(DeliveredRows(ids, rows, counters), log, 1)
     # with one shard: 11 was written back at 12 > 10 (stale); 5 at 10 (the pull saw it)
     src.num_shards = 1
     want = np.array([11, 2, 5, 3, 9], dtype=np.int64)
@@ -137,9 +138,9 @@ def test_delivered_rows_add_nothing_to_the_trainers_ps_link():
     t = Trainer(cfg, log=lambda m: None)
     try:
         t.run()
-        pulled = t.ps.counters
+        pulled = t.path.ps.client.counters
         counters = t.ec.counters()
-        sc = t.supply_counters
+        sc = t.path.counters_b
         row_bytes = 4 * t.ec.tables["lo"].width
         trainer_rows = sum(c.backing_hits for c in counters.values())
         # the trainer's pull bytes are its own misses (rows + 16 B of ID and version each, plus
@@ -149,8 +150,8 @@ def test_delivered_rows_add_nothing_to_the_trainers_ps_link():
         assert sc.worker_ps_bytes >= sc.delivered_bytes > pulled.bytes_pull
         assert t.wire_bytes > sc.delivered_bytes  # samples plus delivered rows
         # each worker is its own OS process with its own PS connection
-        assert len(t.delivering_pids) == 2 and t.delivering_pids <= t.data_worker_pids
-        assert os.getpid() not in t.delivering_pids
+        assert len(t.path.delivering_pids) == 2 and t.path.delivering_pids <= t.data_worker_pids
+        assert os.getpid() not in t.path.delivering_pids
     finally:
         t.close()
 
@@ -175,8 +176,8 @@ def test_a_killed_worker_falls_back_to_ps_direct_bit_identically(monkeypatch):
     got = run(_config(workers=2))
     assert killed
     assert first_difference(got, _reference()) is None
-    assert len(got.trainer.fallbacks) == 1 and "exited" in got.trainer.fallbacks[0]
-    assert got.trainer.supply_counters.batches >= 40  # B delivered until the worker died
+    assert len(got.trainer.path.fallbacks) == 1 and "exited" in got.trainer.path.fallbacks[0]
+    assert got.trainer.path.counters_b.batches >= 40  # B delivered until the worker died
     with pytest.raises(ProcessLookupError):
         os.kill(killed[0], 0)
 
@@ -206,7 +207,7 @@ def test_a_stalled_filter_publisher_falls_back(monkeypatch):
     cfg.supply.publish_timeout_s = 0.3
     got = run(cfg)
     assert first_difference(got, _reference()) is None
-    assert len(got.trainer.fallbacks) == 1 and "stalled" in got.trainer.fallbacks[0]
+    assert len(got.trainer.path.fallbacks) == 1 and "stalled" in got.trainer.path.fallbacks[0]
 
 
 # --- migration: checkpoints across architectures --------------------------------------------

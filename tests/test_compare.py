@@ -11,8 +11,8 @@ from exactness import CRITEO
 from test_report import parse
 
 from cosparse.cli import main
-from cosparse.config import ConfigError
-from cosparse.report.compare import parse_variant, variant_mapping
+from cosparse.config import ConfigError, switch_preset
+from cosparse.report.compare import parse_variant
 from cosparse.report.html import SECTION_IDS
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs/criteo_ab.yaml"
@@ -20,13 +20,20 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs/criteo_ab.yaml"
 
 def test_variants_switch_the_architecture_and_keep_the_capacities():
     raw = {"preset": "arch-b", "store": {"device": {"rows": 10}, "host": {"rows": 20}},
-           "supply": {"path": "collaborative", "lookahead": 4}}
-    a = variant_mapping(raw, *parse_variant("arch-a"))
+           "supply": {"path": "collaborative", "lookahead": 4, "horizon": 2}}
+    a = switch_preset(raw, *parse_variant("arch-a"))
     assert a["supply"]["path"] == "ps-direct" and a["supply"]["lookahead"] == 1
     assert "host" not in a["store"] and a["store"]["device"]["rows"] == 10
-    step = variant_mapping(raw, *parse_variant("arch-b,supply.path=resident,supply.lookahead=1"))
-    assert step["supply"] == {"path": "resident", "lookahead": 1}
+    assert a["preset"] == "arch-a" and a["supply"]["horizon"] == 2  # not a preset switch: kept
+    step = switch_preset(raw, *parse_variant("arch-b,supply.path=ps-tiered,supply.lookahead=1"))
+    assert step["supply"] == {"path": "ps-tiered", "lookahead": 1, "horizon": 2}
     assert step["store"]["host"]["spill_to"] == "remote" and step["store"]["host"]["rows"] == 20
+    # the config's own switches give way to the variant's preset, the variant's keys to nobody
+    own = {"store": {"device": {"rows": 10, "policy": "lru"}}, "supply": {"fallback": "ps-direct"}}
+    assert switch_preset(own, "arch-a")["store"]["device"]["policy"] == "hotness"
+    assert "fallback" not in switch_preset(own, "resident")["supply"]
+    pinned = switch_preset(own, *parse_variant("arch-a,store.device.policy=lfu"))
+    assert pinned["store"]["device"]["policy"] == "lfu"
     with pytest.raises(ConfigError, match="not a preset"):
         parse_variant("arch-c")
     with pytest.raises(ConfigError, match="key=value"):
@@ -59,3 +66,23 @@ def test_compare_writes_both_runs_and_a_report(tmp_path, capsys):
     assert not doc.errors
     assert set(SECTION_IDS) <= set(doc.section_ids)
     assert "bit-identical" in doc.section_text("loss")
+
+
+def test_an_older_compare_json_is_rendered_with_its_stages_renamed_and_says_so(tmp_path, capsys):
+    """A format-1 compare.json (before the stage renames) still renders: its 'supply' stage is
+    shown as 'gather', and a line on stderr says so; a file that is not one is refused."""
+    import json
+
+    from cosparse.cli import main
+
+    run = {"label": "a", "losses": [0.7, 0.6], "stage_ms": {"read": 1.0, "supply": 2.5}}
+    old = tmp_path / "compare.json"
+    old.write_text(json.dumps({"steps": 2, "runs": {"a": run, "b": dict(run, label="b")}}))
+    assert main(["report", str(old)]) == 0
+    err = capsys.readouterr().err
+    assert "older compare.json (format 1" in err and "'supply'" in err and "'gather'" in err
+    html = (tmp_path / "report.html").read_text()
+    assert "gather (ms)" in html and "supply" not in html
+    (tmp_path / "other.json").write_text("[1, 2]")
+    assert main(["report", str(tmp_path / "other.json")]) == 2
+    assert "not a compare.json" in capsys.readouterr().err

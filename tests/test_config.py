@@ -1,9 +1,12 @@
 """Config loading: unknown keys, bad values and inconsistent settings fail at start-up, naming the key."""
 
+import copy
+
 import pytest
+import torch
 import yaml
 
-from cosparse.config import ConfigError, load_config, parse_bytes
+from cosparse.config import ConfigError, config_from_mapping, load_config, parse_bytes
 
 BASE = {
     "data": {"reader": "synthetic", "batch_size": 32},
@@ -20,8 +23,6 @@ def _write(tmp_path, cfg):
 
 
 def _mutate(path_keys, value):
-    import copy
-
     cfg = copy.deepcopy(BASE)
     node = cfg
     for k in path_keys[:-1]:
@@ -142,7 +143,7 @@ def _populated():
     import dataclasses
     import typing
 
-    from cosparse.config import ModelEntry, TableConfig, config_from_mapping
+    from cosparse.config import ModelEntry, TableConfig
 
     def fill(obj):
         hints = typing.get_type_hints(type(obj))
@@ -166,9 +167,9 @@ def _populated():
 
 
 def test_every_numeric_field_has_a_range():
-    """A new numeric field cannot skip validation: it needs its entry in config_bounds.BOUNDS
+    """A new numeric field cannot skip validation: it needs its entry in config.bounds.BOUNDS
     (and every entry names a real field)."""
-    from cosparse.config_bounds import BOUNDS, numeric_leaves, pattern_of
+    from cosparse.config.bounds import BOUNDS, numeric_leaves, pattern_of
 
     patterns = {pattern_of(k) for k, _ in numeric_leaves(_populated())}
     assert patterns - set(BOUNDS) == set(), "numeric config fields without a range in BOUNDS"
@@ -209,9 +210,7 @@ def _outside(bound):
 
 
 def test_every_range_is_enforced_naming_the_key(tmp_path):
-    import copy
-
-    from cosparse.config_bounds import BOUNDS
+    from cosparse.config.bounds import BOUNDS
 
     checked = 0
     for pattern, bound in BOUNDS.items():
@@ -243,3 +242,78 @@ def test_overrides_into_a_non_mapping_section_name_the_key(tmp_path):
         load_config(_write(tmp_path, cfg), {"train.steps": 3})
     ok = load_config(_write(tmp_path, dict(BASE, train=None)), {"train.steps": 3})
     assert ok.train.steps == 3
+
+
+# --- settings a placement would ignore fail at start-up, naming the key (issue 12) -------------
+TIERS = {"device": {"rows": 64}, "host": {"rows": 128}}
+
+
+def _loads(raw):
+    return config_from_mapping(copy.deepcopy(raw))
+
+
+def _refused(raw, *keys):
+    with pytest.raises(ConfigError) as ei:
+        _loads(raw)
+    text = str(ei.value)
+    assert text.startswith(f"{keys[0]}:") and all(k in text for k in keys), text
+    return text
+
+
+def test_horizon_needs_tiered_tables():
+    _refused(dict(BASE, supply={"horizon": 8}), "supply.horizon", "all-resident tables")
+    _refused(dict(BASE, store={"device": {"rows": 64}}, supply={"path": "ps-direct", "horizon": 8}),
+             "supply.horizon", "supply.path 'ps-direct'")
+    cfg = _loads(dict(BASE, store=TIERS, supply={"horizon": 8}))
+    assert cfg.supply.horizon == 8
+
+
+def test_resident_path_never_spills_to_the_ps():
+    """``supply.path: resident`` with the PS under the host tier used to start PS shards quietly;
+    ``ps-tiered`` says so."""
+    remote = {**TIERS, "host": {"rows": 128, "spill": True, "spill_to": "remote"}}
+    _refused(dict(BASE, store=remote), "store.host.spill_to", "supply.path 'resident'",
+             "supply.path: ps-tiered")
+    _refused(dict(BASE, store={**TIERS, "host": {"spill_to": "remote"}}), "store.host.spill_to")
+    # a preset's PS under the host does not survive a switch to resident either
+    _refused(dict(BASE, preset="arch-b", store=TIERS, supply={"path": "resident"}),
+             "store.host.spill_to")
+    cfg = _loads(dict(BASE, store=remote, supply={"path": "ps-tiered"}))
+    assert cfg.supply.path == "ps-tiered" and cfg.store.host.spill_to == "remote"
+    _refused(dict(BASE, store=TIERS, supply={"path": "ps-tiered"}), "store.host.spill/spill_to",
+             "supply.path 'ps-tiered'")
+    _refused(dict(BASE, supply={"path": "ps-tiered"}), "store.device", "supply.path 'ps-tiered'")
+
+
+def test_declared_table_sizes_only_for_all_resident_tables():
+    sized = _mutate(["tables", 0, "num_embeddings"], 1000)
+    assert _loads(sized).tables[0].num_embeddings == 1000
+    _refused(dict(sized, store={"device": {"budget_bytes": "1MiB"}}),
+             "tables[0].num_embeddings", "store.device.budget_bytes")
+    _refused(dict(sized, store={"device": {"rows": 64}}),
+             "tables[0].num_embeddings", "store.device.rows")
+    _refused(dict(sized, supply={"path": "ps-direct"}),
+             "tables[0].num_embeddings", "supply.path 'ps-direct'")
+
+
+def test_unknown_dense_optimizer_is_refused_naming_the_kinds():
+    from cosparse.config import Config, ModelConfig
+    from cosparse.train.dense import make_dense_optimizer
+
+    _refused(_mutate(["model", "dense_optimizer"], {"kind": "lamb"}),
+             "model.dense_optimizer.kind", "'adagrad'")
+    cfg = Config(model=ModelConfig())
+    cfg.model.dense_optimizer.kind = "lamb"  # type: ignore[assignment]  # past validation
+    with pytest.raises(ConfigError, match=r"model.dense_optimizer.kind: 'lamb' is not one of "
+                                          r"'adagrad', 'sgd', 'adam'"):
+        make_dense_optimizer(cfg, [torch.nn.Parameter(torch.zeros(2))])
+
+
+def test_explicit_keys_win_over_the_preset():
+    cfg = _loads(dict(BASE, preset="arch-a", store={"device": {"rows": 64, "policy": "lru"}},
+                      supply={"lookahead": 3}))
+    assert (cfg.supply.path, cfg.supply.lookahead, cfg.store.device.policy) == ("ps-direct", 3, "lru")
+    cfg = _loads(dict(BASE, preset="arch-b", store=TIERS))
+    assert cfg.supply.fallback == "ps-direct" and cfg.store.host.spill_to == "remote"
+    cfg = _loads(dict(BASE, preset="arch-b", store=TIERS, supply={"path": "ps-tiered"}))
+    assert cfg.supply.fallback is None and cfg.store.host.spill  # B's tiers, A's supply

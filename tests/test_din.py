@@ -22,7 +22,8 @@ from cosparse.data import DataError, make_reader
 from cosparse.data.events import TaobaoEventsReader
 from cosparse.data.synthetic_sequences import SyntheticSequenceReader
 from cosparse.nn.din import segment_softmax, segment_sum
-from cosparse.nn.embedding import EmbeddingCollection, Jagged
+from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.types import Jagged
 from cosparse.train.evaluate import roc_auc
 from cosparse.train.trainer import Trainer
 
@@ -134,7 +135,7 @@ def test_unpooled_lookup_matches_torch_reference_and_gradient():
     r = SyntheticSequenceReader(SequenceSyntheticConfig(seq_len=7, vocab_size=50), 5)
     batch = r.build(0)
     ec.train()
-    out = ec(batch)
+    out = ec(ec.prepare_and_stage(batch))
     hist, target = out["hist_item"], out["target_item"]
     assert isinstance(hist, Jagged) and hist.values.shape == (35, 4)
     assert hist.lengths.tolist() == [7] * 5 and hist.offsets.tolist() == list(range(0, 36, 7))

@@ -26,7 +26,7 @@ def test_forward_and_row_grads_match_embedding_bag(device, pooling):
     tc = TableConfig(name="t", dim=8, features=["a", "b"], pooling=pooling,
                      optimizer=OptimizerConfig(kind="sgd", lr=1.0))
     ec = EmbeddingCollection([tc], device=device)
-    out = ec(batch)
+    out = ec(ec.prepare_and_stage(batch))
     table = ec.tables["t"]
     slots_all = torch.from_numpy(table.ids.lookup(batch.values.numpy())).to(device)
     weight = table.slab[: table.num_rows, :8].clone()
@@ -67,7 +67,7 @@ def test_initial_rows_are_a_pure_function_of_seed_and_id():
 def test_eval_reads_rows_without_creating_them():
     tc = TableConfig(name="t", dim=4, features=["a", "b"])
     ec = EmbeddingCollection([tc], device="cpu")
-    ec(_batch(seed=1))
+    ec(ec.prepare_and_stage(_batch(seed=1)))
     n = ec.tables["t"].num_rows
     snapshot = ec.tables["t"].slab[:n].clone()
     ec.eval()
@@ -77,7 +77,8 @@ def test_eval_reads_rows_without_creating_them():
     assert torch.equal(ec.tables["t"].slab[:n], snapshot)
     ec.train()
     ec._pending = []
-    out_train = ec(_batch(seed=2, vocab=500))  # now creates the same rows, same values
+    # now creates the same rows, same values
+    out_train = ec(ec.prepare_and_stage(_batch(seed=2, vocab=500)))
     torch.testing.assert_close(out_eval["a"], out_train["a"].detach(), rtol=0, atol=0)
 
 
@@ -85,8 +86,8 @@ def test_modulo_hashing_only_when_configured():
     batch = _batch(vocab=10_000)
     free = EmbeddingCollection([TableConfig(name="t", dim=4, features=["a", "b"])])
     fixed = EmbeddingCollection([TableConfig(name="t", dim=4, features=["a", "b"], hash_size=7)])
-    free(batch)
-    fixed(batch)
+    free(free.prepare_and_stage(batch))
+    fixed(fixed.prepare_and_stage(batch))
     assert fixed.tables["t"].num_rows <= 7
     assert free.tables["t"].num_rows == len(np.unique(batch.values.numpy()))
 
@@ -109,19 +110,19 @@ def test_tiered_collection_matches_resident_on_each_device(device):
     """Tiers through one forward path on any device: same pooled outputs and rows as resident.
 
     (The full bit-for-bit matrix with the trainer is tests/test_exactness.py.)"""
-    from cosparse.nn.embedding import TierPlan
+    from cosparse.store.types import TierPlan
+    from cosparse.supply.placements import tiered_tables
 
     tc = TableConfig(name="t", dim=8, features=["a", "b"],
                      optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=0.1))
     resident = EmbeddingCollection([tc], device=device)
-    tiered = EmbeddingCollection(
-        [tc], device=device, tiers={"t": TierPlan(device_rows=200, host_rows=400, spill=True)}
-    )
+    plans = {"t": TierPlan(device_rows=200, host_rows=400, spill=True)}
+    tiered = EmbeddingCollection([tc], device, tiered_tables([tc], torch.device(device), plans))
     for step in range(12):
         batch = _batch(seed=step, vocab=300)
         outs = []
         for ec in (resident, tiered):
-            pooled = ec(batch)
+            pooled = ec(ec.prepare_and_stage(batch))
             out = torch.cat([pooled["a"], pooled["b"]])
             weight = torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out)
             (out * weight).sum().backward()
@@ -195,3 +196,11 @@ def test_a_checkpoint_export_while_the_planner_thread_creates_rows_is_consistent
         stop.set()
         creator.join()
     assert exports > 0 and table.num_rows == 300_000
+
+
+def test_an_unplanned_training_batch_is_refused_not_planned_behind_the_callers_back():
+    ec = EmbeddingCollection([TableConfig(name="t", dim=4, features=["a", "b"])], device="cpu")
+    ec.train()
+    with pytest.raises(RuntimeError, match="must be planned before its forward"):
+        ec(_batch(seed=1))
+    assert ec.tables["t"].num_rows == 0  # nothing was planned or created

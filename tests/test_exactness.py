@@ -130,10 +130,10 @@ def test_rows_planned_ahead_are_never_evicted_before_their_batch_trains(monkeypa
     trained: dict[int, int] = {}
     plan, gather = TieredTable.plan, TieredTable.gather
 
-    def recording_plan(self, unique, seq, shrink, delivered=None):
-        slots = plan(self, unique, seq, shrink, delivered)
-        planned.setdefault(id(self), []).append((seq, unique.copy(), slots.copy()))
-        return slots
+    def recording_plan(self, unique, seq, shrink):
+        batch_plan = plan(self, unique, seq, shrink)
+        planned.setdefault(id(self), []).append((seq, unique.copy(), batch_plan.slots.copy()))
+        return batch_plan
 
     def checking_gather(self, slots):
         queue = planned[id(self)]
@@ -185,7 +185,7 @@ def test_ps_direct_is_bit_identical_to_all_resident(cell):
         assert sum(c.evictions_device for c in counters.values()) > 0
     elif lookahead:  # rows a batch in flight updates were pulled after its push, not before
         assert sum(t.deferred_rows for t in tables) > 0
-    assert got.trainer.shards is None  # closed by the trainer
+    assert got.trainer.path.ps.shards is None  # closed by the trainer
     for pid in got.trainer_pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
@@ -205,7 +205,7 @@ def test_tiers_over_the_remote_ps_are_bit_identical(dataset):
     counters = got.trainer.ec.counters()
     assert sum(c.bytes_host_backing for c in counters.values()) > 0  # rows went down to the PS
     assert sum(c.backing_hits for c in counters.values()) > 0  # and came back up from it
-    assert got.trainer_pids and got.trainer.shards is None
+    assert got.trainer_pids and got.trainer.path.ps.shards is None
 
 
 # (dataset, optimizer, workers, lookahead, device, host, shards)
@@ -243,7 +243,7 @@ def test_collaborative_supply_is_bit_identical(cell):
     got = run(collab_config(*cell))
     diff = first_difference(got, reference(dataset, optimizer))
     assert diff is None, f"{cell}: {diff}"
-    t, sc = got.trainer, got.trainer.supply_counters
+    t, sc = got.trainer, got.trainer.path.counters_b
     counters = t.ec.counters()
     assert sc.delivered_rows > 0 and sc.used_rows > 0
     assert sum(c.delivered_hits for c in counters.values()) == sc.used_rows
@@ -251,7 +251,7 @@ def test_collaborative_supply_is_bit_identical(cell):
     if cell[5] == "10%":  # host victims went down to the PS and came back delivered
         assert sum(c.bytes_host_backing for c in counters.values()) > 0
     if workers:  # the rows came from the data-worker processes, not from the trainer's
-        assert t.delivering_pids and os.getpid() not in t.delivering_pids
+        assert t.path.delivering_pids and os.getpid() not in t.path.delivering_pids
     else:
-        assert t.delivering_pids == {os.getpid()}
-    assert not t.fallbacks
+        assert t.path.delivering_pids == {os.getpid()}
+    assert not t.path.fallbacks

@@ -100,8 +100,11 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_and_terminate_stop_cleanly(tmp_path, sig, code):
     """Ctrl-C or SIGTERM mid-run: one line, exit 130/143, and the data worker is stopped."""
+    # a test run started in the background (`make test &`) ignores SIGINT, and so would the
+    # trainer it starts: give the trainer Ctrl-C as a terminal would
     p = subprocess.Popen([*CLI, "train", "--config", _config(tmp_path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 50
         while time.monotonic() < deadline:  # wait for the first trained step

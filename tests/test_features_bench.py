@@ -17,7 +17,7 @@ def test_bench_features_quick(tmp_path: Path) -> None:
     if not DATA.is_file():
         pytest.skip(f"{DATA} not present")
     out = tmp_path / "b.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/bench_features.py"), "--quick",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_features", "--quick",
                            "--rounds", "1", "--passes", "1", "--json", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

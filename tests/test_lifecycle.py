@@ -146,7 +146,7 @@ def test_checkpoint_fsyncs_dense_and_latest_before_committing(tmp_path, monkeypa
 def test_shared_memory_of_a_killed_trainer_is_swept_and_a_live_ones_kept(tmp_path):
     code = """
         import time
-        from cosparse.supply.collaborative.shared_batch import shared_dir
+        from cosparse.supply.shared_memory import shared_dir
         d = shared_dir("cosparse-b-")
         open(d + "/resident.filter", "wb").write(bytes(4096))
         print(d, flush=True)

@@ -31,7 +31,7 @@ def test_model_trains_on_synthetic(kind):
     for _epoch in range(3):
         for task in list(reader.tasks())[:10]:
             batch = reader.build(task)
-            logits = model(batch)
+            logits = model(model.ec.prepare_and_stage(batch))
             assert logits.shape == (batch.batch_size,)
             loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
             opt.zero_grad()

@@ -51,7 +51,7 @@ def test_trainer_finds_announced_shards_in_the_tcpstore(tmp_path):
         trainer = Trainer(cfg, log=lambda m: None)
         try:
             trainer.run()
-            assert trainer.ps.endpoints == endpoints
+            assert trainer.path.ps.client.endpoints == endpoints
             assert trainer.state.step == 5
         finally:
             trainer.close()

@@ -24,12 +24,16 @@ import torch.nn.functional as F
 
 from cosparse.batch import SparseBatch
 from cosparse.config import OptimizerConfig, TableConfig
-from cosparse.nn.embedding import EmbeddingCollection, TierPlan
+from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.ps import EmbeddedShards
 from cosparse.ps.client import PSClient
+from cosparse.store.types import TierPlan
+from cosparse.supply.placements import ps_tables
 from cosparse.supply.ps_direct import enable_version_checks
 from cosparse.supply.versions import StaleRowError
 from cosparse.train.prefetch import Prefetcher
+
+CPU = torch.device("cpu")
 
 HOT, VOCAB = 12, 40  # rows per table: IDs < HOT are in nearly every batch, the rest come and go
 BATCH = 12
@@ -160,7 +164,8 @@ def test_arch_a_is_bit_identical_under_heavy_reuse(shard_sets, request, placemen
             tiers = None
             if placement == "cached":
                 tiers = {t.name: TierPlan(_most_rows_of_one_batch(batches) + 2) for t in tables}
-            ec = EmbeddingCollection(tables, "cpu", lookahead=1, ps_client=client, tiers=tiers)
+            ec = EmbeddingCollection(tables, "cpu", ps_tables(tables, CPU, client, 1, tiers),
+                                     lookahead=1)
             assert enable_version_checks(ec.tables.values()) == len(tables)
             got = _train(ec, batches)
             bad = [i for i, (a, b) in enumerate(zip(got, ref, strict=True)) if a != b]
@@ -197,7 +202,8 @@ def test_check_versions_catches_a_row_written_behind_the_trainers_back(shard_set
     with shards.client() as client, shards.client() as other:
         client.register([table])
         tiers = {table.name: TierPlan(16)} if placement == "cached" else None
-        ec = EmbeddingCollection([table], "cpu", lookahead=1, ps_client=client, tiers=tiers)
+        ec = EmbeddingCollection([table], "cpu", ps_tables([table], CPU, client, 1, tiers),
+                                 lookahead=1)
         assert enable_version_checks(ec.tables.values()) == 1
         ec.train()
         b0, b1 = ec.prepare(_one_batch([1, 2, 3], 0)), ec.prepare(_one_batch([3, 4, 5], 1))

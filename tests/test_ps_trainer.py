@@ -32,7 +32,7 @@ def test_killed_shard_is_reported_with_its_endpoint_within_10s(tmp_path):
     cfg.train.checkpoint.every = 2
     cfg.store.remote.heartbeat_s = 0.5
     trainer = Trainer(cfg, log=lambda m: None)
-    shards = trainer.shards
+    shards = trainer.path.ps.shards
     assert shards is not None
     victim, endpoint = shards.procs[1], shards.endpoints[1]
     killed_at: list[float] = []
@@ -74,7 +74,7 @@ def test_resume_after_a_shard_dies_restarts_shards_from_the_checkpoint_snapshots
     cfg.train.checkpoint.every = 40
     cfg.train.checkpoint.incremental = True
     first = Trainer(cfg, log=lambda m: None)
-    victim = first.shards.procs[0]
+    victim = first.path.ps.shards.procs[0]
 
     def kill_after_step_90() -> None:
         while first.state.step < 90:

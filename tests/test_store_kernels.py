@@ -108,7 +108,7 @@ def test_wanted_counts_match_the_horizon_after_planning():
         table.observe_future(b, +1)
     for seq, b in enumerate(batches):
         table.observe_future(b, -1)
-        table.plan(b, seq, lambda: False)
+        table.fill(table.plan(b, seq, lambda: False), table.row_sources(None))
         table.release(seq)
         if seq + horizon < len(batches):
             table.observe_future(batches[seq + horizon], +1)

@@ -108,7 +108,8 @@ def test_metrics_json_lines_and_stage_times(tmp_path):
     kinds = {r["kind"] for r in records}
     assert {"train", "eval", "final"} <= kinds
     train = [r for r in records if r["kind"] == "train"]
-    for stage in ("read", "prep", "supply", "forward", "backward", "optim"):
+    for stage in ("read", "featurize", "prep", "plan", "fill", "gather", "forward", "backward",
+                  "optim", "writeback"):
         assert train[-1][f"stage_ms.{stage}"] >= 0
     assert train[-1]["samples_per_s"] > 0
     assert 0.0 < final["auc"] < 1.0

@@ -10,176 +10,34 @@ dies, however it dies, each worker ends at once (a thread waits on its parent se
 does the fork server (``forkserver_guard``). multiprocessing's temporary directory carries the
 main process's owner tag (``cosparse.owner``), so a run killed outright leaves nothing that the
 next run does not sweep.
+
+This module is the consumer side; the worker process is ``worker_loop``, starting and stopping
+workers is ``processes``, the message format is ``codec``.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import pickle
 import queue
-import shutil
-import signal
-import tempfile
-import threading
 import time
-import traceback
 import weakref
-from collections.abc import Iterator
-from typing import Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from cosparse.batch import SparseBatch
-from cosparse.data import forkserver_guard
+from cosparse.data.codec import BatchCodec, PlainCodec
+from cosparse.data.processes import check_preload, shutdown, worker_context
 from cosparse.data.reader import Reader
-from cosparse.lifeline import exit_with_sentinel
+from cosparse.data.worker_loop import RemoteTraceback, rebuild_error, worker_main
 from cosparse.link import LinkShaper
-from cosparse.owner import owner_tag
+
+# (re-exported: where these lived before the worker side got modules of its own)
+__all__ = ["BatchCodec", "BatchStream", "PlainCodec", "RemoteTraceback", "WorkerExited"]
 
 _POLL_S = 0.5  # how often a waiting main process checks that its worker is alive
 
 
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a data worker (set as ``__cause__``)."""
-
-
-def _context(start_method: str | None) -> mp.context.BaseContext:
-    methods = mp.get_all_start_methods()
-    if start_method is None:
-        start_method = "forkserver" if "forkserver" in methods else "spawn"
-    if start_method == "fork":
-        raise ValueError("BatchStream: start method 'fork' is unsafe with torch/numba threads; "
-                         "use 'forkserver' or 'spawn'")
-    ctx = mp.get_context(start_method)
-    _own_temp_dir()
-    if start_method == "forkserver":
-        # The guard first (the fork server ends with its parent), then torch, numba and the
-        # readers, imported once in the fork server, not in every worker.
-        preload = ["cosparse.data.forkserver_guard", "cosparse.data.preload"]
-        if threading.current_thread() is threading.main_thread():  # (if this starts it)
-            preload.insert(1, forkserver_guard.MAIN_THREAD)
-        ctx.set_forkserver_preload(preload)
-    return ctx
-
-
-def _own_temp_dir() -> None:
-    """Give multiprocessing's temporary directory (the fork server's socket lives there) this
-    process's owner tag instead of an anonymous ``pymp-*`` name: removed at exit as before, and
-    swept by the next run when this one is killed."""
-    from multiprocessing import process, util
-
-    config = process.current_process()._config  # what util.get_temp_dir() reads and sets
-    if config.get("tempdir") is not None:
-        return
-    tempdir = tempfile.mkdtemp(prefix=f"cosparse-mp-{owner_tag()}-")
-    util.Finalize(None, shutil.rmtree, args=(tempdir, True), exitpriority=-100)
-    config["tempdir"] = tempdir
-
-
 class WorkerExited(RuntimeError):
     """A data worker process died before returning its batch."""
-
-
-class PlainCodec:
-    """Batches travel as plain numpy arrays through the worker's queue."""
-
-    def __init__(self, reader: Reader) -> None:
-        self.reader = reader
-
-    def encode(self, task: Any) -> dict[str, Any]:  # in the worker
-        return self.reader.build(task).to_arrays()
-
-    def decode(self, payload: dict[str, Any]) -> SparseBatch:  # in the consumer
-        batch = SparseBatch.from_arrays(payload)
-        batch.wire_bytes = sum(v.nbytes for v in payload.values() if hasattr(v, "nbytes"))
-        return batch
-
-    def close(self) -> None:
-        pass
-
-
-class BatchCodec(Protocol):
-    """How a task becomes a message in a worker (``encode``) and a batch in the consumer."""
-
-    def encode(self, task: Any) -> Any: ...
-    def decode(self, msg: Any) -> SparseBatch: ...
-    def close(self) -> None: ...
-
-
-def _worker_main(codec: BatchCodec, in_q: Any, out_q: Any) -> None:
-    """Worker loop: build tasks until the ``None`` sentinel or until the parent is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C and stops us
-    try:  # one core per worker: no thread pool competing with the trainer's
-        import torch
-
-        torch.set_num_threads(1)
-    except Exception:  # pragma: no cover - torch is a dependency
-        pass
-    out_q.cancel_join_thread()  # exit promptly even when nobody reads what is left
-    parent = mp.parent_process()
-    if parent is not None and parent.sentinel is not None:
-        # at once when the main process dies, even in a build or a PS pull, not only when idle
-        exit_with_sentinel(parent.sentinel, f"data worker pid {os.getpid()}")
-    try:
-        _serve(codec, in_q, out_q, parent)
-    finally:
-        codec.close()
-
-
-def _serve(codec: BatchCodec, in_q: Any, out_q: Any, parent: Any) -> None:
-    while True:
-        try:
-            task = in_q.get(timeout=1.0)
-        except queue.Empty:
-            if parent is not None and not parent.is_alive():
-                return
-            continue
-        if task is None:
-            return
-        try:
-            msg: tuple[Any, ...] = ("ok", codec.encode(task), time.time())
-        except Exception as e:  # every error goes back to the main process
-            try:
-                blob: bytes | None = pickle.dumps(e)
-                pickle.loads(blob)
-            except Exception:
-                blob = None
-            msg = ("err", blob, type(e).__name__, str(e), traceback.format_exc())
-        out_q.put(msg)
-
-
-def _shutdown(procs: list[Any], in_qs: list[Any], out_qs: list[Any], graceful: list[bool]) -> None:
-    """Stop every worker (sentinel first when ``graceful[0]``, then terminate, then kill)."""
-    if graceful and graceful[0]:
-        for q in in_qs:
-            try:
-                q.put_nowait(None)
-            except Exception:  # full or closed: terminate below
-                pass
-        deadline = time.monotonic() + 2.0
-        for p in procs:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    for p in procs:
-        p.join(timeout=2.0)
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=2.0)
-    for q in (*in_qs, *out_qs):
-        try:
-            q.cancel_join_thread()
-            q.close()
-        except Exception:
-            pass
-    for p in procs:
-        try:
-            p.close()
-        except Exception:  # still running after kill
-            pass
-    procs.clear()
-    in_qs.clear()
-    out_qs.clear()
 
 
 class BatchStream:
@@ -187,6 +45,15 @@ class BatchStream:
 
     Counters: ``delivered`` (batches returned), ``bad_records`` (sum over delivered batches),
     ``wait_s`` / ``wait_ms`` (time the consumer spent waiting for batches: stage_ms.read).
+
+    ``preload``: names of extra modules (dotted, e.g. ``"cosparse.features.preload"``) that the
+    workers' fork server imports once before any fork, after data's own code and kernels
+    (``cosparse.data.preload``), so that workers start warm with the code of the layers above:
+    a feature extractor, a supply path's worker side. The data package names none of them
+    itself. They take effect with the forkserver start method, when this stream starts the fork
+    server (the first stream with workers in the process; later ones share it), so pass the same
+    names to every stream of a run. A name the fork server cannot import is skipped (the workers
+    then import that code themselves, cold). ``()`` (the default): data's own code only.
     """
 
     def __init__(
@@ -198,6 +65,7 @@ class BatchStream:
         start_method: str | None = None,
         codec: BatchCodec | None = None,
         link: LinkShaper | None = None,
+        preload: Sequence[str] = (),
     ) -> None:
         if workers < 0:
             raise ValueError("workers must be >= 0")
@@ -208,6 +76,7 @@ class BatchStream:
         self.link = link  # the simulated worker->trainer link (None: unshaped)
         self.workers = workers
         self.queue_depth = queue_depth
+        self.preload = check_preload(preload)
         self.start_batch = start_batch
         self.delivered = 0
         self.bad_records = 0
@@ -223,7 +92,7 @@ class BatchStream:
         self._out: list[Any] = []
         self._graceful = [False]
         self._finalizer = weakref.finalize(
-            self, _shutdown, self._procs, self._in, self._out, self._graceful
+            self, shutdown, self._procs, self._in, self._out, self._graceful
         )
         if workers > 0:
             try:
@@ -234,12 +103,12 @@ class BatchStream:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def _start(self, start_method: str | None) -> None:
-        ctx = _context(start_method)
+        ctx = worker_context(start_method, self.preload)
         for i in range(self.workers):
             in_q = ctx.Queue(maxsize=self.queue_depth)
             out_q = ctx.Queue(maxsize=self.queue_depth)
             p = ctx.Process(
-                target=_worker_main, args=(self.codec, in_q, out_q),
+                target=worker_main, args=(self.codec, in_q, out_q),
                 name=f"cosparse-data-{i}", daemon=True,
             )
             self._in.append(in_q)
@@ -355,7 +224,7 @@ class BatchStream:
         msg = self._get(w)
         self._received += 1
         if msg[0] == "err":
-            raise _rebuild_error(msg)
+            raise rebuild_error(msg)
         batch = self.codec.decode(msg[1])
         if self.link is not None:
             self.link.transfer(batch.wire_bytes, 1, msg[2])
@@ -386,17 +255,3 @@ class BatchStream:
         self.delivered += 1
         self.bad_records += batch.bad_records
         return batch
-
-
-def _rebuild_error(msg: tuple[Any, ...]) -> BaseException:
-    _, blob, name, text, tb = msg
-    exc: BaseException | None = None
-    if blob is not None:
-        try:
-            exc = pickle.loads(blob)
-        except Exception:
-            exc = None
-    if exc is None:
-        exc = RuntimeError(f"{name}: {text}")
-    exc.__cause__ = RemoteTraceback(f"\n(in a data worker process)\n{tb}")
-    return exc

@@ -12,13 +12,15 @@ Typical use::
 from cosparse.features.diff import diff, format_diff
 from cosparse.features.event_source import EventLogRawSource
 from cosparse.features.extract import FeatureBatch, FeatureExtractor
+from cosparse.features.feature_set import FeatureSet
+from cosparse.features.feature_spec import FeatureSpec, TransformSpec
 from cosparse.features.fit import fit_spec_file, require_fitted
 from cosparse.features.lineage import format_lineage, lineage
 from cosparse.features.materialize import MaterializedReader, materialize, read_manifest
 from cosparse.features.reader import FeatureReader
 from cosparse.features.registry import Consumer, FeatureRef
 from cosparse.features.sources import CriteoRawSource, ParquetRawSource, RawSource, open_source
-from cosparse.features.spec import FeatureSet, FeatureSpec, TransformSpec, load_spec, parse_spec
+from cosparse.features.spec import load_spec, parse_spec
 from cosparse.features.types import Column, ColumnKind, FeatureSpecError, RawBatch
 
 __all__ = [

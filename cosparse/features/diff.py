@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cosparse.features.spec import FeatureSet
+from cosparse.features.feature_set import FeatureSet
 
 
 def _what_changed(a: FeatureSet, b: FeatureSet, n: str) -> list[str]:

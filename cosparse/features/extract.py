@@ -1,5 +1,6 @@
 """Extract once, fan out: a FeatureExtractor computes the closure of its outputs over a RawBatch in
-topological order, each feature exactly once per batch, and builds each consumer's SparseBatch."""
+topological order, each feature exactly once per batch (``compute``), and its FeatureBatch builds
+each consumer's SparseBatch."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import torch
 
 from cosparse.batch import SparseBatch
 from cosparse.data.errors import DataError
-from cosparse.features.spec import FeatureSet, FeatureSpec
-from cosparse.features.transforms import TRANSFORMS, fit_quantiles
-from cosparse.features.types import DENSE, FeatureSpecError, RawBatch
+from cosparse.features.compute import compute_plan, prepare_states
+from cosparse.features.feature_set import FeatureSet
+from cosparse.features.types import DENSE, RawBatch
 from cosparse.features.types import Column as Column
 
 
@@ -94,22 +95,6 @@ class FeatureBatch:
         )
 
 
-def _apply_steps(f: FeatureSpec, cols: list[Column], states: list[Any], upto: int | None = None
-                 ) -> Column:
-    steps = f.transforms if upto is None else f.transforms[:upto]
-    for t, st in zip(steps, states, strict=False):
-        try:
-            cols = [TRANSFORMS[t.op].apply(t.params, cols, st)]
-        except DataError as e:
-            raise DataError(f"feature '{f.name}': {e}") from None
-    return cols[0]
-
-
-def _prepare(f: FeatureSpec) -> list[Any]:
-    return [TRANSFORMS[t.op].prepare(t.params) if TRANSFORMS[t.op].prepare else None
-            for t in f.transforms]
-
-
 class FeatureExtractor:
     """Computes ``outputs`` (and what they depend on) from RawBatches, each feature once per batch.
 
@@ -120,11 +105,7 @@ class FeatureExtractor:
         self.feature_set = feature_set
         self.outputs = list(dict.fromkeys(outputs))
         self.plan: list[str] = feature_set.closure(self.outputs)
-        unfitted = feature_set.unfitted(self.outputs)
-        if unfitted:
-            n, j = unfitted[0]
-            raise FeatureSpecError(f"feature '{n}': transforms[{j}].bucketize: quantiles are not "
-                                   f"fitted (FeatureSet.fit on a sample, or give boundaries)")
+        feature_set.check_fitted(self.outputs)
         self.raw_columns: list[str] = feature_set.raw_inputs(self.outputs)
         self.computed = 0
         self.batches = 0
@@ -137,47 +118,17 @@ class FeatureExtractor:
 
     def _ensure_states(self) -> dict[str, list[Any]]:
         if self._states is None:
-            self._states = {n: _prepare(self.feature_set.features[n]) for n in self.plan}
+            self._states = {n: prepare_states(self.feature_set.features[n]) for n in self.plan}
         return self._states
 
     def extract(self, raw: RawBatch) -> FeatureBatch:
         """The outputs of one RawBatch (``FeatureBatch.computed`` == len(self.plan))."""
         states = self._ensure_states()
-        missing = [c for c in self.raw_columns if c not in raw.columns]
-        if missing:
-            raise DataError(f"{raw.source}batch {raw.index}: raw batch lacks column '{missing[0]}'")
         fs = self.feature_set
-        done: dict[str, Column] = {}
-        for n in self.plan:
-            f = fs.features[n]
-            ins = [done[i] if i in fs.features else raw.columns[i] for i in f.inputs]
-            done[n] = _apply_steps(f, ins, states[n])
+        done = compute_plan(fs.features, self.plan, self.raw_columns, states, raw)
         self.computed += len(self.plan)
         self.batches += 1
         cols = {n: done[n] for n in self.outputs}
         kinds = {n: fs.features[n].kind for n in self.outputs}
         return FeatureBatch(cols, kinds, raw.labels, raw.index, raw.bad_records, len(self.plan),
                             raw.source)
-
-
-def fit_feature_set(fs: FeatureSet, raw: RawBatch) -> FeatureSet:
-    """Fit every unfitted quantile bucketize of ``fs`` on the sample ``raw`` (in topological order,
-    so a fitted feature may feed another)."""
-    for n in fs.order:
-        todo = [j for (m, j) in fs.unfitted([n]) if m == n]
-        if not todo:
-            continue
-        f = fs.features[n]
-        deps = [i for i in f.inputs if i in fs.features]
-        ex = FeatureExtractor(fs, deps) if deps else None
-        fb = ex.extract(raw) if ex is not None else None
-        ins = [fb.columns[i] if fb is not None and i in fs.features else raw.columns[i]
-               for i in f.inputs]
-        fitted: dict[int, list[float]] = {}
-        for j in todo:
-            states = _prepare(f)[:j]
-            col = _apply_steps(f, ins, states, upto=j) if j > 0 else ins[0]
-            fitted[j] = fit_quantiles(col, int(f.transforms[j].params["quantiles"]))
-            fs = fs.with_fitted({n: fitted})
-            f = fs.features[n]
-    return fs

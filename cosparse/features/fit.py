@@ -14,8 +14,9 @@ from pathlib import Path
 
 import yaml
 
+from cosparse.features.feature_set import FeatureSet
 from cosparse.features.sources import open_source
-from cosparse.features.spec import FeatureSet, load_spec
+from cosparse.features.spec import load_spec
 from cosparse.features.types import FeatureSpecError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cosparse.features.spec import FeatureSet
+from cosparse.features.feature_set import FeatureSet
 
 
 def lineage(fs: FeatureSet) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from cosparse.batch import SparseBatch
 from cosparse.data.errors import DataError
 from cosparse.data.split import Split, num_batches, row_batches, split_range
 from cosparse.features.extract import FeatureExtractor
+from cosparse.features.feature_set import FeatureSet
 from cosparse.features.reader import check_keys
 from cosparse.features.sources import RawSource, read_parquet_rows
-from cosparse.features.spec import FeatureSet
 from cosparse.features.types import DENSE, FeatureSpecError
 
 MANIFEST = "manifest.json"

@@ -8,8 +8,8 @@ from typing import Any
 
 from cosparse.batch import SparseBatch
 from cosparse.features.extract import FeatureBatch, FeatureExtractor
+from cosparse.features.feature_set import FeatureSet
 from cosparse.features.sources import RawSource
-from cosparse.features.spec import FeatureSet
 from cosparse.features.types import DENSE, FeatureSpecError
 
 

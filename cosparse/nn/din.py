@@ -21,7 +21,8 @@ from torch import nn
 
 from cosparse.batch import SparseBatch
 from cosparse.config import ConfigError, DINConfig
-from cosparse.nn.embedding import EmbeddingCollection, Jagged, PreparedBatch
+from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.types import Jagged, PreparedBatch
 
 
 def segment_sum(

@@ -9,7 +9,8 @@ from torch import nn
 
 from cosparse.batch import SparseBatch
 from cosparse.config import Config, ConfigError
-from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
+from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.types import PreparedBatch
 
 if TYPE_CHECKING:
     from cosparse.nn.din import DIN

@@ -22,7 +22,8 @@ from pathlib import Path
 from cosparse.config import TableConfig
 from cosparse.lifeline import pdeathsig
 from cosparse.link import LinkShaper
-from cosparse.ps.client import PSClient, PSUnavailable
+from cosparse.ps.client import PSClient
+from cosparse.ps.errors import PSUnavailable
 
 _LIVE: weakref.WeakSet[EmbeddedShards] = weakref.WeakSet()
 

@@ -30,14 +30,15 @@ import zmq
 
 from cosparse.config import ConfigError
 from cosparse.ps import protocol as P
-from cosparse.ps.shard import (
-    NAME_RE,
-    Shard,
-    ShardError,
-    ShardLimits,
-    SnapshotError,
-    table_config_from_dict,
-)
+from cosparse.ps.keys import keygen, read_key_file
+from cosparse.ps.limits import ShardError, ShardLimits
+from cosparse.ps.shard import Shard
+from cosparse.ps.snapshot_format import SnapshotError
+from cosparse.ps.table_config import NAME_RE, table_config_from_dict
+
+# (re-exported for ``cosparse ps serve`` / ``ps keygen``: they lived here before ``keys``)
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServeOptions", "Server", "keygen", "read_key_file",
+           "serve", "split_bind", "tables_from_yaml"]
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
@@ -62,14 +63,6 @@ class ServeOptions:
     announce: str | None = None  # TCPStore HOST:PORT where this shard publishes its endpoint
     limits: ShardLimits = field(default_factory=ShardLimits)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one request, all frames together
-
-
-def read_key_file(path: str | Path) -> bytes:
-    """A shared HMAC secret from a file (whitespace stripped; at least 16 bytes)."""
-    key = Path(path).read_bytes().strip()
-    if len(key) < 16:
-        raise ValueError(f"{path}: an HMAC key needs at least 16 bytes")
-    return key
 
 
 def split_bind(bind: str) -> tuple[str, int]:
@@ -358,29 +351,3 @@ def serve(opts: ServeOptions) -> int:
           + (f" (restored {server.restored})" if server.restored else ""), file=sys.stderr, flush=True)
     server.serve_forever()
     return 0
-
-
-def keygen(out_dir: str | Path) -> dict[str, str]:
-    """CURVE keys: ``server.key_secret`` (+ ``server.key``) and ``clients/client.key_secret``.
-
-    The server loads ``--curve-secret DIR/server.key_secret`` and admits the client public keys
-    in ``DIR/clients``; a client needs ``DIR/clients/client.key_secret`` and ``DIR/server.key``.
-    Also writes ``hmac.key``, a random shared secret for ``--auth-key``.
-    """
-    from zmq.auth import create_certificates
-
-    if not zmq.has("curve"):
-        raise RuntimeError("this libzmq has no CURVE support")
-    out = Path(out_dir)
-    (out / "clients").mkdir(parents=True, exist_ok=True)
-    server_pub, server_sec = create_certificates(out, "server")
-    client_pub, client_sec = create_certificates(out / "clients", "client")
-    hmac_path = out / "hmac.key"
-    fd = os.open(hmac_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(os.urandom(32).hex().encode())
-    for p in (server_sec, client_sec):
-        os.chmod(p, 0o600)
-    return {"server_public": str(server_pub), "server_secret": str(server_sec),
-            "client_public": str(client_pub), "client_secret": str(client_sec),
-            "hmac_key": str(hmac_path)}

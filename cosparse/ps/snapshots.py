@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cosparse.config import ConfigError
 from cosparse.owner import owner_tag, sweep
-from cosparse.ps.shard import SnapshotError, _read_latest, _read_manifest
+from cosparse.ps.snapshot_format import SnapshotError, read_latest, read_manifest
 
 SNAPSHOT_RE = re.compile(r"^\d{8}-(full|incr)$")
 
@@ -35,7 +35,7 @@ def chain(root: str | Path, name: str) -> list[str]:
     while current is not None:
         if not SNAPSHOT_RE.match(current) or current in out:
             raise SnapshotError(f"{snaps}: bad snapshot chain at {current!r} (from {name!r})")
-        m = _read_manifest(snaps / current)
+        m = read_manifest(snaps / current)
         out.append(current)
         current = m.get("parent") if m.get("kind") == "incremental" else None
     return out
@@ -49,7 +49,7 @@ def prune(root: str | Path, keep: Iterable[str]) -> list[str]:
     snaps = root / "snapshots"
     sweep(snaps, [".tmp-"])
     try:
-        latest = _read_latest(root)
+        latest = read_latest(root)
         needed: set[str] = set()
         for name in {*keep, *([latest] if latest else [])}:
             if (snaps / name).is_dir():

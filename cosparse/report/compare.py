@@ -1,16 +1,15 @@
 """``cosparse compare``: train two variants of one config (say A and B) on the same data, order
 and seed, and measure both the same way.
 
-A variant is ``PRESET[,key=value...]``: the preset's switches replace the config's own (the
-capacities, model, data and seed stay), then the dotted keys override them, e.g.
-``arch-b,supply.path=resident`` for the migration step with B's tiers and A's supply. Each run
-trains ``warmup`` steps first; speed, bytes, hit rates and host usage are measured over the
-rest, and the loss curve covers every step.
+A variant is ``PRESET[,key=value...]``, applied by ``cosparse.config.switch_preset``: the
+preset's switches replace the config's own (the capacities, model, data and seed stay), then the
+dotted keys override them, e.g. ``arch-b,supply.path=ps-tiered`` for the migration step with B's
+tiers and A's supply. Each run trains ``warmup`` steps first; speed, bytes, hit rates and host
+usage are measured over the rest, and the loss curve covers every step.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime
 from collections.abc import Callable
 from pathlib import Path
@@ -25,10 +24,12 @@ from cosparse.config import (
     config_from_mapping,
     read_config_mapping,
     set_dotted,
+    switch_preset,
 )
+from cosparse.report.compare_file import COMPARE_FORMAT
 from cosparse.report.html import write_report
+from cosparse.strict_json import dumps_metrics
 from cosparse.train.host_usage import HostUsage
-from cosparse.train.metrics import dumps_metrics
 from cosparse.train.trainer import Trainer
 
 _LINKS = {"worker_ps": "bytes.worker_ps", "trainer_ps.pull": "bytes.trainer_ps.pull",
@@ -52,26 +53,6 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any]]:
     return name, overrides
 
 
-def variant_mapping(raw: dict[str, Any], preset: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The config mapping ``raw`` switched to ``preset``, then ``overrides``."""
-    out = copy.deepcopy(raw)
-    out.pop("preset", None)
-    for section, switches in PRESETS[preset].items():
-        for key, value in switches.items():
-            node = out.setdefault(section, {})
-            if isinstance(value, dict):
-                node[key] = {**(node.get(key) or {}), **value}
-            else:
-                node[key] = value
-    set_dotted(out, overrides)
-    supply, store = out.setdefault("supply", {}), out.setdefault("store", {})
-    if supply.get("path") == "ps-direct":
-        store.pop("host", None)  # A has no host tier
-    if supply.get("path") != "collaborative":
-        supply.pop("fallback", None)
-    return out
-
-
 def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None]) -> dict[str, Any]:
     """Train ``cfg`` and return its figures as one ``compare.json`` run."""
     steps = cfg.train.steps
@@ -84,7 +65,8 @@ def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None]) ->
     try:
         if warmup:
             t.run(steps=warmup, evaluate=False)
-        usage = HostUsage(exclude=set(t.shards.pids) if t.shards is not None else set()).start()
+        # the embedded PS shards are the run's own processes, not the host's other load
+        usage = HostUsage(exclude=set(getattr(t.path, "shard_pids", ()))).start()
         final = t.run()
         host = usage.stop()
         measured = max(1, t.state.step - warmup)
@@ -99,7 +81,7 @@ def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None]) ->
             "stage_ms": {k.split(".", 1)[1]: v for k, v in final.items() if k.startswith("stage_ms.")},
             "bytes_per_step": {name: per_step(key) for name, key in _LINKS.items()},
             "wasted_bytes_per_step.worker_ps": per_step("wasted_bytes.worker_ps"),
-            "stale_drops": final.get("stale_drops", 0), "fallbacks": len(t.fallbacks),
+            "stale_drops": final.get("stale_drops", 0), "fallbacks": final.get("fallbacks", 0),
             "hit_rate": {"device": final.get("hit_rate.device"), "host": final.get("hit_rate.host")},
             "miss_sources": {k.split(".", 1)[1]: v for k, v in final.items()
                              if k.startswith("miss_share.")},
@@ -132,7 +114,7 @@ def compare(config: str | Path, a: str, b: str, steps: int, out_dir: str | Path,
         if data:
             set_dotted(raw, {"data.path": data})
     variants = {key: parse_variant(spec) for key, spec in (("a", a), ("b", b))}
-    cfgs = {key: config_from_mapping(variant_mapping(raws[key], *v))
+    cfgs = {key: config_from_mapping(switch_preset(raws[key], *v))
             for key, v in variants.items()}
     runs = {}
     for key, cfg in cfgs.items():
@@ -143,7 +125,7 @@ def compare(config: str | Path, a: str, b: str, steps: int, out_dir: str | Path,
     la, lb = runs["a"]["losses"], runs["b"]["losses"]
     diff = max((abs(x - y) for x, y in zip(la, lb, strict=False)), default=0.0)
     result = {
-        "config": str(config), "config_b": str(config_b or config), "steps": steps,
+        "format": COMPARE_FORMAT, "config": str(config), "config_b": str(config_b or config), "steps": steps,
         "warmup": warmup, "link_mbps": link_mbps, "link_latency_ms": link_latency_ms,
         "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "loss_identical": la == lb, "loss_max_abs_diff": diff if len(la) == len(lb) else None,

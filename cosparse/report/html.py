@@ -16,7 +16,8 @@ from cosparse.report import svg
 
 NA = "n/a"
 SECTION_IDS = ("loss", "auc", "throughput", "stages", "bytes", "hit_rate", "hbm", "host")
-STAGES = ("read", "prep", "plan", "supply", "forward", "backward", "optim")
+STAGES = ("read", "featurize", "prep", "plan", "fill", "gather", "forward", "backward", "optim",
+          "writeback")
 LINKS = {
     "worker_ps": "worker ↔ PS",
     "trainer_ps.pull": "trainer ← PS (pull)",

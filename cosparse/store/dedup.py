@@ -1,7 +1,9 @@
 """Per-table, per-batch ID prep: unique IDs, the inverse index and the transposed bag index.
 
-``prepare_table_ids`` is a pure function of the batch, so it can run ahead of training on a
-background thread or in a data worker. Scratch buffers are reused across batches.
+``table_ids`` is a pure function of the batch, so it runs ahead of training on a background
+thread, or in a data worker (architecture B), whose result the trainer then uses as it is.
+``map_ids`` is the one implementation of a table's ID mapping (the optional ``hash_size``
+modulo). Scratch buffers are reused across batches.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cosparse.batch import SparseBatch
 from cosparse.store import kernels
 
 
@@ -62,3 +65,29 @@ class Deduper:
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         kernels.transpose_bags(inverse, offsets, u, mean, t_offsets, t_bags, t_weights)
         return TableIds(unique, inverse, offsets, t_offsets, t_bags, t_weights)
+
+
+def map_ids(ids: np.ndarray, hash_size: int | None) -> np.ndarray:
+    """A table's row keys for raw IDs: the optional modulo of ``hash_size``, else the IDs."""
+    return ids if hash_size is None else np.remainder(ids, hash_size)
+
+
+def table_ids(batch: SparseBatch, features: list[str] | tuple[str, ...], hash_size: int | None,
+              pooling: str, deduper: Deduper) -> TableIds:
+    """The ID work of one table (``features``, in order) for ``batch``. With ``pooling: none``
+    every ID is its own bag, so rows come back one per ID."""
+    b = batch.batch_size
+    values, lengths, offsets = batch.values.numpy(), batch.lengths.numpy(), batch.offsets.numpy()
+    parts, lens = [], []
+    for f in features:
+        k = batch.keys.index(f)
+        parts.append(values[offsets[k * b] : offsets[(k + 1) * b]])
+        lens.append(lengths[k * b : (k + 1) * b])
+    ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if pooling == "none":
+        bag_off = np.arange(ids.shape[0] + 1, dtype=np.int64)
+    else:
+        lens_all = lens[0] if len(lens) == 1 else np.concatenate(lens)
+        bag_off = np.zeros(lens_all.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lens_all, out=bag_off[1:])
+    return deduper.prepare(map_ids(ids, hash_size), bag_off, pooling == "mean")

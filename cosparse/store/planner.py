@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import numpy as np
 
 from cosparse.stall import Progress
+from cosparse.store.types import BatchPlan, DeliveredRowSource, RowSource
 
 
 class PlannedTable(Protocol):
-    def plan(self, unique: np.ndarray, seq: int, shrink, delivered=None) -> np.ndarray: ...
+    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool]) -> BatchPlan: ...
+    def row_sources(self, delivered: DeliveredRowSource | None) -> list[RowSource]: ...
+    def fill(self, plan: BatchPlan, sources: list[RowSource]) -> None: ...
     def release(self, seq: int) -> None: ...
     def release_all(self) -> None: ...
 
@@ -100,9 +103,9 @@ class CachePlanner:
             self._released += 1
 
     def plan(self, uniques: Mapping[str, np.ndarray], blocking: bool = True,
-             delivered: Mapping[str, object] | None = None) -> dict[str, np.ndarray]:
-        """Device slots for each table's unique IDs of the next batch (``delivered``: rows that
-        came with the batch, per table).
+             delivered: Mapping[str, DeliveredRowSource] | None = None) -> dict[str, BatchPlan]:
+        """Each table's plan for the unique IDs of the next batch, its misses filled from the
+        table's row sources (``delivered``: rows that came with the batch, per table).
 
         ``blocking=False`` (planning inline, on the trainer's thread) raises instead of waiting.
         """
@@ -120,7 +123,13 @@ class CachePlanner:
             return True
 
         delivered = delivered or {}
-        out = {name: self.tables[name].plan(u, p, shrink, delivered.get(name))
-               for name, u in uniques.items()}
+        out = {}
+        for name, u in uniques.items():
+            table = self.tables[name]
+            plan = table.plan(u, p, shrink)
+            t0 = time.perf_counter()
+            table.fill(plan, table.row_sources(delivered.get(name)))
+            plan.fill_ms = (time.perf_counter() - t0) * 1e3
+            out[name] = plan
         self._next += 1
         return out

@@ -9,10 +9,12 @@ import threading
 import numpy as np
 import torch
 
-from cosparse.config import TableConfig
-from cosparse.optim import SparseOptimizer
+from cosparse.config import ConfigError, TableConfig
+from cosparse.optim import SparseOptimizer, state_width
 from cosparse.store import kernels
+from cosparse.store.dedup import map_ids
 from cosparse.store.hashmap import IdMap
+from cosparse.store.types import BatchPlan, DeliveredRowSource, RowSource, TableCounters
 
 _INIT_KIND = {"uniform": 0, "normal": 1}
 
@@ -38,7 +40,16 @@ def initial_rows(
 
 
 class SlabRows:
-    """Gather and optimizer update through a device slab: shared by every table placement."""
+    """Gather and optimizer update through a device slab: shared by every table placement.
+
+    The defaults are an all-resident table's (``TablePlacement`` in ``cosparse.store.types``):
+    nothing cached to count, no pins, every row in this process."""
+
+    counters: TableCounters | None = None
+    pins_rows = False
+    rows_on_ps = False
+    ps_backed = False
+    late_fill_ms = 0.0  # time spent filling rows at the gather (ps-direct's deferred pulls)
 
     def _init_layout(self, cfg: TableConfig, device: torch.device) -> None:
         """The row layout: values then optimizer state, side by side; reused gather buffers."""
@@ -94,7 +105,16 @@ class SlabRows:
                 dev_slots = torch.from_numpy(slots).to(self.device)
                 self.optimizer.update(w, s, g, step, self.slab, dev_slots)
 
-    # planning hooks: an all-resident table needs no pins
+    # planning hooks: an all-resident table needs no pins, and has no misses to fill
+    def row_sources(self, delivered: DeliveredRowSource | None = None) -> list[RowSource]:
+        return []
+
+    def fill(self, plan: BatchPlan, sources: list[RowSource]) -> None:
+        pass
+
+    def write_back(self, step: int) -> None:
+        pass
+
     def release(self, seq: int) -> None:
         pass
 
@@ -106,6 +126,18 @@ class SlabRows:
 
     def flush(self) -> None:
         pass
+
+    def device_bytes(self) -> tuple[int, int]:
+        """(bytes held, capacity in bytes) of a bounded device tier; (0, 0) without one."""
+        return 0, 0
+
+    def drop_local_rows(self) -> None:
+        """Forget what this process holds of the table (a restored PS holds every row)."""
+        self.release_all()
+
+    def map_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Apply the optional modulo of ``hash_size``; IDs are unbounded otherwise."""
+        return map_ids(ids, self.cfg.hash_size)
 
 
 class BudgetExceeded(RuntimeError):
@@ -164,12 +196,6 @@ class ResidentTable(SlabRows):
             self.slab[:valid_rows].copy_(old[:valid_rows])
 
     # --- ID work --------------------------------------------------------------------------
-    def map_ids(self, ids: np.ndarray) -> np.ndarray:
-        """Apply the optional modulo of ``hash_size``; IDs are unbounded otherwise."""
-        if self.cfg.hash_size is not None:
-            return np.remainder(ids, self.cfg.hash_size)
-        return ids
-
     def slots_for(self, unique: np.ndarray) -> np.ndarray:
         """Slots of unique IDs; new IDs get rows initialised from (table seed, ID). The insert,
         the slab growth and the new rows' initialisation are one step under the ID-map lock, so
@@ -227,9 +253,9 @@ class ResidentTable(SlabRows):
     def slab(self, value: torch.Tensor) -> None:
         self._slab = value
 
-    def plan(self, unique: np.ndarray, seq: int, shrink: object = None, delivered: object = None
-             ) -> np.ndarray:
-        return self.slots_for(unique)
+    def plan(self, unique: np.ndarray, seq: int, shrink: object = None) -> BatchPlan:
+        """Every row in place (a new ID's row is created here, from its initial value)."""
+        return BatchPlan.resident(self.slots_for(unique), seq)
 
     # --- checkpoint -----------------------------------------------------------------------
     def export(self) -> dict[str, np.ndarray]:
@@ -252,3 +278,26 @@ class ResidentTable(SlabRows):
         if ids.shape[0] > self.capacity:
             self.slab = self._alloc(max(ids.shape[0], self.capacity))
         self.slab[: ids.shape[0]] = torch.from_numpy(rows).to(self.device)
+
+
+def budget_shares(tables: list[TableConfig], budget: int) -> dict[str, int]:
+    """Split a device budget by declared row bytes; fail at start-up if declared sizes overflow it."""
+    need = {
+        t.name: (t.num_embeddings or 0) * 4 * (t.dim + state_width(t.optimizer.kind, t.dim))
+        for t in tables
+    }
+    total = sum(need.values())
+    if total > budget:
+        raise ConfigError(
+            f"store.device.budget_bytes: {budget} bytes cannot hold the declared tables "
+            f"({total} bytes: " + ", ".join(f"{k}={v}" for k, v in need.items()) + ")"
+        )
+    spare = (budget - total) // len(tables)
+    return {name: n + spare for name, n in need.items()}
+
+
+def resident_tables(tables: list[TableConfig], device: torch.device,
+                    budget_bytes: int | None = None) -> dict[str, ResidentTable]:
+    """Every table all-resident on ``device``, each in its share of ``budget_bytes`` if given."""
+    share = budget_shares(tables, budget_bytes) if budget_bytes is not None else {}
+    return {t.name: ResidentTable(t, device, share.get(t.name)) for t in tables}

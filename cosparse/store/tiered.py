@@ -10,20 +10,25 @@ results are bit-identical to it whatever the capacities, policies and lookahead.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 import numpy as np
 import torch
 
 from cosparse.config import TableConfig
 from cosparse.store import kernels
-from cosparse.store.resident import SlabRows, initial_rows
+from cosparse.store.device_cache import DeviceCache
+from cosparse.store.resident import initial_rows
+from cosparse.store.sources import (
+    BackingSource,
+    DeliveredSource,
+    FreshSource,
+    HostSource,
+    RemoteSource,
+)
 from cosparse.store.tier import Tier
-from cosparse.store.types import CapacityError, DeliveredRowSource, RemoteRows, TableCounters
+from cosparse.store.types import CapacityError, DeliveredRowSource, RemoteRows, RowSource
 
 
-class TieredTable(SlabRows):
+class TieredTable(DeviceCache):
     """Device tier (bounded) over a host tier (bounded or not) over an optional backing store."""
 
     def __init__(
@@ -41,8 +46,7 @@ class TieredTable(SlabRows):
     ) -> None:
         if host_rows is not None and not spill and host_rows <= 0:
             raise CapacityError(f"table '{cfg.name}': store.host needs rows")
-        self._init_layout(cfg, device)
-        self.dev = Tier("device", device_rows, self.width, device, device_policy, decay)
+        self._init_cache(cfg, device, device_rows, device_policy, decay)
         cpu = torch.device("cpu")
         start = 4 * device_rows  # unbounded tiers start here and double
         self.host = Tier("host", host_rows, self.width, cpu, host_policy, decay, start)
@@ -54,17 +58,14 @@ class TieredTable(SlabRows):
             Tier("backing", None, self.width, cpu, "lfu", decay, start)
             if spill and remote is None else None
         )
-        self.counters = TableCounters()
         self.ttl_steps = ttl_steps
-        self._unwant_in_plan = False
-        self.lock = threading.RLock()
-        self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned
 
-    # --- the same ID and row interface as ResidentTable ---------------------------------------
-    def map_ids(self, ids: np.ndarray) -> np.ndarray:
-        if self.cfg.hash_size is not None:
-            return np.remainder(ids, self.cfg.hash_size)
-        return ids
+    @property
+    def ps_backed(self) -> bool:
+        return self.remote is not None
+
+    def drop_local_rows(self) -> None:
+        self.clear()
 
     @property
     def num_rows(self) -> int:
@@ -73,127 +74,23 @@ class TieredTable(SlabRows):
     def initial_rows(self, ids: np.ndarray) -> np.ndarray:
         return initial_rows(self.cfg, self.width, ids, serial=True)
 
-    @property
-    def slab_array(self) -> np.ndarray | None:
-        return self.dev.slab_np
+    # --- where a device miss comes from, where a victim goes -----------------------------------
+    def row_sources(self, delivered: DeliveredRowSource | None = None) -> list[RowSource]:
+        """The host tier, the rows ``delivered`` with the batch, the tier below (the PS or the
+        in-process store), then the initial value."""
+        c = self.counters
+        sources: list[RowSource] = [HostSource(self.host, c)]
+        if delivered is not None:
+            sources.append(DeliveredSource(delivered, c))
+        if self.remote is not None:
+            sources.append(RemoteSource(self.remote, self.cfg.name, c))
+        if self.backing is not None:
+            sources.append(BackingSource(self.backing, c))
+        sources.append(FreshSource(self.cfg, self.width, c))
+        return sources
 
-    @property
-    def slab(self) -> torch.Tensor:
-        return self.dev.slab
-
-    # --- planning one batch -------------------------------------------------------------------
-    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool],
-             delivered: DeliveredRowSource | None = None) -> np.ndarray:
-        """Make every row of ``unique`` resident on the device and pin it for batch ``seq``.
-
-        Hits stay; misses come from the host, the rows ``delivered`` with the batch, the tier
-        below or their initial value; room is
-        made by evicting unpinned device rows (dirty ones are written down). When the pinned
-        window leaves too little room, ``shrink()`` retires the oldest in-flight batch (False
-        when there is none left: the device cannot hold this batch).
-        """
-        with self.lock:
-            if self.ttl_steps and seq % max(1, self.ttl_steps // 4) == 0:
-                self._expire(seq - self.ttl_steps)
-            dev, c = self.dev, self.counters
-            slots = dev.lookup(unique)
-            hit = slots >= 0
-            kernels.add_pins(slots[hit], dev.pins, 1)
-            if self._unwant_in_plan:  # this batch just left the horizon
-                kernels.add_pins(slots[hit], dev.wanted, -1)
-                self._unwant_in_plan = False
-            miss_ids = unique[~hit]
-            n_miss = miss_ids.shape[0]
-            c.lookups += unique.shape[0]
-            c.device_hits += int(hit.sum())
-            try:
-                room = dev.make_room(n_miss, seq, lambda v: self._evict_device(v, seq),
-                                     lambda: self._unlocked(shrink))
-            except BaseException:  # cancelled or stalled while shrinking: unpin the hits
-                kernels.add_pins(slots[hit], dev.pins, -1)
-                raise
-            if not room:
-                kernels.add_pins(slots[hit], dev.pins, -1)
-                raise CapacityError(
-                    f"table '{self.cfg.name}': the device tier holds {dev.capacity} rows but "
-                    f"one batch needs {unique.shape[0]} unique rows (store.device is too small)"
-                )
-            if n_miss:
-                new_slots = dev.alloc(n_miss)
-                self._fill(miss_ids, new_slots, delivered)
-                slots[~hit] = new_slots
-                kernels.add_pins(new_slots, dev.pins, 1)
-            dev.touch(slots, seq)
-            dev.dirty[slots] = True  # the batch will train these rows
-            self._pinned[seq] = slots
-            return slots
-
-    def _unlocked(self, shrink: Callable[[], bool]) -> bool:
-        """Run ``shrink()`` (a wait for the trainer) without the table lock: the trainer may
-        need the lock meanwhile (a checkpoint's flush and export), so holding it would deadlock.
-        Every step of a plan before this point left the tiers consistent; the hits it has
-        pinned stay pinned, so nothing the trainer does can evict them."""
-        self.lock.release()
-        try:
-            return shrink()
-        finally:
-            self.lock.acquire()
-
-    def _fill(self, ids: np.ndarray, dst: np.ndarray, delivered: DeliveredRowSource | None = None
-              ) -> None:
-        """Bring device misses into slots ``dst``: from the host, the delivered rows, the tier
-        below, or their initial value (created in place), copying each row once."""
-        c, dev = self.counters, self.dev
-        n = ids.shape[0]
-        counts = np.zeros(n, dtype=np.float32)
-        last = np.zeros(n, dtype=np.int64)
-        dirty = np.ones(n, dtype=np.bool_)
-        hs = self.host.lookup(ids)
-        in_host = hs >= 0
-        if in_host.any():
-            h = hs[in_host]
-            c.bytes_host_device += dev.copy_from(self.host, h, dst[in_host])
-            counts[in_host] = self.host.counts[h]
-            last[in_host] = self.host.last[h]
-            dirty[in_host] = False  # the host keeps an identical shadow copy
-            c.host_hits += int(in_host.sum())
-        rest = np.flatnonzero(~in_host)
-        if rest.shape[0] and delivered is not None:
-            served, rows = delivered.take(ids[rest])
-            if served.any():
-                dev.write(dst[rest[served]], rows)
-                c.bytes_delivered_device += rows.nbytes
-                c.delivered_hits += rows.shape[0]
-                rest = rest[~served]
-        if rest.shape[0] and self.remote is not None:
-            # the PS returns every row: one it has never seen starts from (seed, ID) there
-            rows = self.remote.pull(self.cfg.name, ids[rest], with_state=True).rows
-            dev.write(dst[rest], rows)
-            c.bytes_backing_device += rows.nbytes
-            c.backing_hits += rest.shape[0]
-            rest = rest[:0]
-        if rest.shape[0] and self.backing is not None:
-            bs = self.backing.lookup(ids[rest])
-            in_b = bs >= 0
-            if in_b.any():
-                b = bs[in_b]
-                c.bytes_backing_device += dev.copy_from(self.backing, b, dst[rest[in_b]])
-                counts[rest[in_b]] = self.backing.counts[b]
-                last[rest[in_b]] = self.backing.last[b]
-                c.backing_hits += int(in_b.sum())
-            rest = rest[~in_b]
-        if rest.shape[0]:
-            c.fresh_rows += rest.shape[0]
-            if dev.slab_np is not None:  # created in place
-                initial_rows(self.cfg, self.width, ids[rest], serial=True, out=dev.slab_np,
-                             slots=dst[rest])
-            else:  # created on the host, then copied up
-                fresh = self.initial_rows(ids[rest])
-                dev.write(dst[rest], fresh)
-                c.bytes_host_device += fresh.nbytes
-        dev.put(ids, dst, None, counts, last, dirty)
-        if dev.future.size:
-            dev.wanted[dst] = dev.future.get(ids)
+    def _evict(self, victims: np.ndarray, seq: int) -> None:
+        self._evict_device(victims, seq)
 
     def _evict_device(self, victims: np.ndarray, seq: int) -> None:
         dev, c = self.dev, self.counters
@@ -312,21 +209,6 @@ class TieredTable(SlabRows):
                 s = tier.lookup(dropped)
                 tier.remove(s[s >= 0])
         c.ttl_drops += int(dropped.shape[0])
-
-    def release(self, seq: int) -> None:
-        """Unpin the rows of batch ``seq`` (it has trained)."""
-        with self.lock:
-            slots = self._pinned.pop(seq, None)
-            if slots is not None:
-                kernels.add_pins(slots, self.dev.pins, -1)
-
-    def release_all(self) -> None:
-        with self.lock:
-            for seq in sorted(self._pinned):
-                self.release(seq)
-            self.dev.future.clear()
-            self.dev.wanted[:] = 0
-            self._unwant_in_plan = False
 
     def observe_future(self, unique: np.ndarray, delta: int) -> None:
         """A batch enters (+1) or leaves (-1) the planning horizon: its rows are kept on the

@@ -1,11 +1,76 @@
-"""Plain data of the store: tier counters and capacity errors."""
+"""Plain data of the store and its one table interface: ``TablePlacement`` (implemented by the
+resident, tiered, ps-direct and ps-cached tables), ``TierPlan``, tier counters, capacity errors."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import numpy as np
+import torch
+
+
+@dataclass
+class TierPlan:
+    """Where one table's rows live: a bounded device tier over a host tier (and a spill store)."""
+
+    device_rows: int
+    host_rows: int | None = None
+    spill: bool = False
+    device_policy: str = "hotness"
+    host_policy: str = "lfu"
+    decay: float = 0.99
+    ttl_steps: int = 0  # rows untouched this many batches are dropped from every tier (0: off)
+
+
+@dataclass
+class BatchPlan:
+    """One table's plan for one batch: the device slot of each unique ID, which were hits, and
+    the misses with the slots reserved for them (victims already evicted). ``fill`` brings the
+    misses' rows in; ``fill_ms`` is the time it took."""
+
+    slots: np.ndarray  # int64 [U], device slot per unique ID (reserved for the misses)
+    hits: np.ndarray  # bool [U]
+    miss_ids: np.ndarray  # int64 [M]
+    miss_slots: np.ndarray  # int64 [M]
+    victims: int = 0  # device rows evicted to make room
+    seq: int = 0  # the batch's sequence number
+    fill_ms: float = 0.0
+
+    @classmethod
+    def resident(cls, slots: np.ndarray, seq: int) -> BatchPlan:
+        """Every row already in place: nothing to fill."""
+        none = np.zeros(0, dtype=np.int64)
+        return cls(slots, np.ones(slots.shape[0], dtype=np.bool_), none, none, 0, seq)
+
+
+@dataclass
+class FillTarget:
+    """The device rows a batch's misses go to, and what the row sources say of each: hotness
+    (``counts``, ``last``) and whether the tier below lacks an identical copy (``dirty``)."""
+
+    tier: Any  # the device Tier
+    ids: np.ndarray
+    slots: np.ndarray
+    counts: np.ndarray
+    last: np.ndarray
+    dirty: np.ndarray
+
+    @classmethod
+    def of(cls, tier: Any, ids: np.ndarray, slots: np.ndarray) -> FillTarget:
+        n = ids.shape[0]
+        return cls(tier, ids, slots, np.zeros(n, np.float32), np.zeros(n, np.int64),
+                   np.ones(n, np.bool_))
+
+
+class RowSource(Protocol):
+    """One place a device miss can come from: the host tier, rows delivered with the batch, the
+    remote PS, an in-process backing store, or the row's initial value. ``fill`` writes the
+    rows it holds of ``target.ids[todo]`` into their device slots and returns the positions it
+    did not serve; a placement walks its sources in order until none are left."""
+
+    def fill(self, target: FillTarget, todo: np.ndarray) -> np.ndarray: ...
 
 
 class CapacityError(RuntimeError):
@@ -50,6 +115,15 @@ class DeliveredRowSource(Protocol):
     def take(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...  # (served mask, rows)
 
 
+class DeliveryHook(Protocol):
+    """Rows that came with a batch (architecture B), as a ``DeliveredRowSource`` per table, and
+    their bookkeeping once the batch is planned."""
+
+    def sources(self, delivery: object) -> Mapping[str, DeliveredRowSource] | None: ...
+
+    def settle(self, sources: Mapping[str, DeliveredRowSource]) -> None: ...
+
+
 class RemoteRows(Protocol):
     """What the tiers need from a remote store beneath the host (the PS client provides it)."""
 
@@ -59,3 +133,50 @@ class RemoteRows(Protocol):
     def push_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> Any: ...
 
     def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class TablePlacement(Protocol):
+    """One table's rows wherever they live. The embedding collection and the planner see only
+    this: plan a batch's unique IDs in order (pinning its rows for the lookahead window), fill
+    its misses from the placement's row sources, gather them for the forward, apply the
+    optimizer, write the update back, release the batch; flush, export and load."""
+
+    row_bytes: int
+    counters: TableCounters | None  # None: nothing is cached (all resident, or ps-direct)
+    pins_rows: bool  # planning pins rows, so batches in flight must be bounded by the lookahead
+    rows_on_ps: bool  # every row lives on the PS: its snapshots hold them, not this process
+    ps_backed: bool  # the PS holds every row this process does not (a restored PS suffices)
+    late_fill_ms: float  # time spent filling rows at the gather, not at the plan
+
+    def map_ids(self, ids: np.ndarray) -> np.ndarray: ...
+
+    def plan(self, unique: np.ndarray, seq: int, shrink: Any) -> BatchPlan: ...
+
+    def row_sources(self, delivered: DeliveredRowSource | None) -> list[RowSource]: ...
+
+    def fill(self, plan: BatchPlan, sources: list[RowSource]) -> None: ...
+
+    def gather(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def apply_gradients(self, w: torch.Tensor, s: torch.Tensor, g: torch.Tensor,
+                        slots: np.ndarray, step: int) -> None: ...
+
+    def write_back(self, step: int) -> None: ...  # the last batch's updates to where rows live
+
+    def release(self, seq: int) -> None: ...
+
+    def release_all(self) -> None: ...
+
+    def observe_future(self, unique: np.ndarray, delta: int) -> None: ...
+
+    def read_rows(self, unique: np.ndarray) -> torch.Tensor: ...
+
+    def device_bytes(self) -> tuple[int, int]: ...  # (held, capacity) of a bounded device tier
+
+    def flush(self) -> None: ...
+
+    def export(self) -> dict[str, np.ndarray]: ...
+
+    def load(self, state: dict[str, np.ndarray]) -> None: ...
+
+    def drop_local_rows(self) -> None: ...  # a restored PS holds every row

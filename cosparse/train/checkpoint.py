@@ -148,3 +148,17 @@ def load_checkpoint(
             tables[name] = {k: z[k] for k in z.files}
     state = TrainState(meta["step"], meta["epoch"], meta["batch_in_epoch"])
     return state, dense, tables, meta["config"]
+
+
+def ps_metas(root: str | Path) -> list[dict[str, Any]] | None:
+    """The PS part of each committed checkpoint's metadata under ``root`` (the snapshots it
+    names); None when one is unreadable (then nothing may be pruned)."""
+    out = []
+    for path in checkpoints(root):
+        try:
+            out.append(read_meta(path).get("ps") or {})
+        except FileNotFoundError:  # pruned meanwhile
+            continue
+        except (OSError, ValueError, CheckpointError):
+            return None
+    return out

@@ -1,8 +1,26 @@
-"""Evaluation metrics: ROC AUC (rank statistic with tied ranks averaged) and log loss."""
+"""Evaluation: the eval stream joined into large batches, and the metrics: ROC AUC (rank
+statistic with tied ranks averaged) and log loss."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import numpy as np
+
+from cosparse.batch import SparseBatch, concat_batches
+
+
+def joined_batches(stream: Iterable[SparseBatch], want: int) -> Iterator[SparseBatch]:
+    """The stream's batches joined into at least ``want`` samples each: one dedup, one read of
+    the rows (no planning, no pins) and one forward per joined batch."""
+    group: list[SparseBatch] = []
+    for batch in stream:
+        group.append(batch)
+        if sum(b.batch_size for b in group) >= want:
+            yield concat_batches(group)
+            group = []
+    if group:
+        yield concat_batches(group)
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:

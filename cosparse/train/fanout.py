@@ -23,6 +23,7 @@ from typing import Any
 from cosparse.batch import SparseBatch
 from cosparse.data import BatchStream
 from cosparse.data.reader import Reader
+from cosparse.train.inputs import WORKER_PRELOAD
 
 _END = object()
 
@@ -123,7 +124,7 @@ class FanOut:
                              set(self.views))
                 self._rounds.append(rnd)
                 rnd.stream = BatchStream(self.reader, self.workers, self.queue_depth,
-                                         start_batch=start_batch)
+                                         start_batch=start_batch, preload=WORKER_PRELOAD)
                 self.worker_pids.update(rnd.stream.pids)
                 rnd.thread = threading.Thread(target=self._feed, args=(rnd,), daemon=True,
                                               name=f"cosparse-fanout-{r}")

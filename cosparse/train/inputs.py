@@ -21,6 +21,12 @@ if TYPE_CHECKING:  # the feature platform is imported only by runs that use it
     from cosparse.features import FeatureSet, RawSource
 
 
+# What the data workers' fork server imports before any fork, so that workers start warm with the
+# code of the layers above data: the feature extractor and B's worker side. One tuple for every
+# stream of the process: whichever stream starts the (shared) fork server decides.
+WORKER_PRELOAD = ("cosparse.features.preload", "cosparse.supply.collaborative.worker")
+
+
 @dataclass
 class ModelInputs:
     """The config with its tables' features resolved, and the train and eval readers."""
@@ -128,3 +134,18 @@ def model_inputs(cfg: Config) -> ModelInputs:
     cfg, sparse, dense = consumer_features(cfg, registry)
     return ModelInputs(cfg, featurized_reader(cfg, registry, sparse, dense, "train"),
                        featurized_reader(cfg, registry, sparse, dense, "eval"))
+
+
+def check_table_features(cfg: Config, reader: Reader) -> None:
+    """Every feature a table reads is one the training reader produces (else a ConfigError
+    naming the table, the feature and what the reader has)."""
+    keys = set(reader.keys)
+    source = (f"feature consumer '{cfg.features.consumer}'" if cfg.features.spec
+              else f"data.reader '{cfg.data.reader}'")
+    for i, t in enumerate(cfg.tables):
+        for f in t.features:
+            if f not in keys:
+                raise ConfigError(
+                    f"tables[{i}].features: feature '{f}' is not produced by {source} "
+                    f"(it has {', '.join(reader.keys)})"
+                )

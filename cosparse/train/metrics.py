@@ -1,36 +1,20 @@
-"""Run metrics: per-interval aggregation, JSON lines and TensorBoard scalars.
+"""Run metrics: per-interval aggregation (step figures, and the deltas of the store's and the
+supply path's cumulative counters), JSON lines and TensorBoard scalars.
 
 An undefined metric (the AUC of a one-class eval split, the loss of an interval whose every
-batch was skipped) is NaN in memory and ``null`` in every JSON file or line written: JSON has no
-NaN. ``json_safe`` does that, and ``dumps_metrics`` dumps with ``allow_nan=False`` so that a
-non-finite value that escaped it fails loudly instead of writing invalid JSON.
+batch was skipped) is NaN in memory and ``null`` in every JSON line written
+(``cosparse.strict_json``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 from typing import Any
 
-
-def json_safe(obj: Any) -> Any:
-    """``obj`` with every NaN or infinite float (in dicts, lists and tuples) replaced by None."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [json_safe(v) for v in obj]
-    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:  # numpy / torch scalars
-        return json_safe(obj.item())
-    return obj
-
-
-def dumps_metrics(obj: Any, **kwargs: Any) -> str:
-    """``json.dumps`` of metrics with undefined values as ``null`` (strict JSON)."""
-    return json.dumps(json_safe(obj), allow_nan=False, **kwargs)
+from cosparse.store.types import TableCounters
+from cosparse.strict_json import dumps_metrics
 
 
 class MetricsSink:
@@ -113,4 +97,85 @@ class IntervalStats:
             out["step_ms_p99"] = s[min(len(s) - 1, int(0.99 * len(s)))]
         for k, v in self.stage_ms.items():
             out[f"stage_ms.{k}"] = v / n
+        return out
+
+
+class CounterDeltas:
+    """Cumulative counters in, their change since the last call out."""
+
+    def __init__(self) -> None:
+        self._prev: dict[str, float] = {}
+
+    def reset(self, now: dict[str, float]) -> None:
+        self._prev = dict(now)
+
+    def take(self, now: dict[str, float]) -> dict[str, float]:
+        out = {k: v - self._prev.get(k, 0) for k, v in now.items()}
+        self._prev = dict(now)
+        return out
+
+
+def tier_metrics(delta: dict[str, dict[str, int]], below: str) -> dict[str, float]:
+    """An interval's tier figures from each cached table's counter deltas: hit rates per tier,
+    bytes per link, evictions, and where the device misses came from (``below``: what lies
+    under the host tier, ``trainer_ps`` or ``backing``)."""
+    out: dict[str, float] = {}
+    totals = {k: sum(d[k] for d in delta.values()) for k in TableCounters().as_dict()}
+    for name, d in delta.items():
+        if d["lookups"]:
+            out[f"hit_rate.device.{name}"] = d["device_hits"] / d["lookups"]
+            out[f"hit_rate.host.{name}"] = d["host_hits"] / d["lookups"]
+        out[f"bytes.host_device.{name}"] = d["bytes_host_device"]
+        out[f"bytes.device_host.{name}"] = d["bytes_device_host"]
+        out[f"evictions.device.{name}"] = d["evictions_device"]
+        out[f"evictions.host.{name}"] = d["evictions_host"]
+    if totals["lookups"]:
+        out["hit_rate.device"] = totals["device_hits"] / totals["lookups"]
+        out["hit_rate.host"] = totals["host_hits"] / totals["lookups"]
+    for key in ("host_device", "device_host", "delivered_device", "backing_device",
+                "host_backing"):
+        out[f"bytes.{key}"] = totals[f"bytes_{key}"]
+    out["evictions.device"] = totals["evictions_device"]
+    out["evictions.host"] = totals["evictions_host"]
+    misses = totals["lookups"] - totals["device_hits"]
+    for share, key in (("host", "host_hits"), ("delivered", "delivered_hits"),
+                       (below, "backing_hits"), ("fresh", "fresh_rows")):
+        out[f"miss_share.{share}"] = totals[key] / misses if misses else 0.0
+    out["ttl_drops"] = totals["ttl_drops"]
+    return out
+
+
+class IntervalCounters:
+    """The interval's link, supply and tier figures: the deltas of the supply path's and the
+    cached tables' cumulative counters since the last log point (or the run's start), plus the
+    path's gauges, admission and planner figures."""
+
+    def __init__(self, ec: Any, path: Any, wire_bytes: int) -> None:
+        self.ec, self.path = ec, path
+        self._path = CounterDeltas()
+        self._path.reset(self._path_counters(wire_bytes))
+        self._tables: dict[str, CounterDeltas] = {}
+        for name, c in ec.counters().items():
+            self._tables[name] = CounterDeltas()
+            self._tables[name].reset(c.as_dict())
+        self._shrinks = ec.planner.shrinks
+
+    def _path_counters(self, wire_bytes: int) -> dict[str, float]:
+        return {**self.path.counters(), "bytes.worker_trainer": wire_bytes}
+
+    def take(self, wire_bytes: int) -> dict[str, float]:
+        ec = self.ec
+        out = self._path.take(self._path_counters(wire_bytes))
+        out.update(self.path.gauges())
+        if ec.admission:
+            out["admission.rejected"] = sum(a.rejected for a in ec.admission.values())
+        tables = ec.counters()
+        if not tables:
+            return out
+        delta = {n: self._tables.setdefault(n, CounterDeltas()).take(c.as_dict())
+                 for n, c in tables.items()}
+        out.update(tier_metrics(delta, self.path.below))  # type: ignore[arg-type]
+        out["lookahead_shrinks"] = ec.planner.shrinks - self._shrinks
+        out["hbm_share"] = ec.hbm_share() or 0.0
+        self._shrinks = ec.planner.shrinks
         return out

@@ -16,9 +16,10 @@ import torch.nn.functional as F
 
 from cosparse.batch import SparseBatch
 from cosparse.config import Config, ConfigError
-from cosparse.nn.embedding import EmbeddingCollection, TierPlan
+from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.models import RecModel
 from cosparse.optim import state_width
+from cosparse.store.types import TierPlan
 
 _DENSE_OPT_STATE = {"sgd": 0, "adagrad": 1, "adam": 2}
 
@@ -48,7 +49,7 @@ def measure_dense_bytes(model: RecModel, batch: SparseBatch, opt_kind: str) -> i
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(batch)
+        logits = model(model.ec.prepare_and_stage(batch))
         loss = F.binary_cross_entropy_with_logits(logits, batch.labels.to(logits.device))
     loss.backward()
     model.ec._pending = []  # the dry run trains nothing

@@ -1,5 +1,10 @@
 """Trainer: the training loop (data stream, prefetch, forward/backward, sparse and dense optimizer
 steps), evaluation, progress, metrics and checkpoints.
+
+How rows reach the trainer is the supply path's business (``cosparse.supply``: resident or
+tiered rows, ps-direct, collaborative); the trainer builds the path the config names, asks it
+for each table's placement, and calls it at each step, checkpoint and log point.
+One training step reads top to bottom in ``_train_step``.
 """
 
 from __future__ import annotations
@@ -7,11 +12,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -20,62 +22,37 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from cosparse.batch import SparseBatch, concat_batches
-from cosparse.config import Config, ConfigError
+from cosparse.config import Config
 from cosparse.data import BatchStream
 from cosparse.data.pool import WorkerExited
 from cosparse.link import Links
-from cosparse.nn.embedding import EmbeddingCollection, PreparedBatch
+from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.models import build_model
-from cosparse.owner import owner_tag
-from cosparse.ps import snapshots
-from cosparse.ps.client import PSClient
-from cosparse.ps.discovery import discover, store_address_from_env
-from cosparse.ps.embedded import EmbeddedShards
+from cosparse.nn.types import PreparedBatch
 from cosparse.stall import Progress
-from cosparse.supply.collaborative import (
-    CollaborativeCodec,
-    CollaborativeSupply,
-    DeliveryError,
-    SupplyFailure,
-)
-from cosparse.supply.collaborative.resident_filter import FilterLayout
-from cosparse.supply.collaborative.shared_batch import shared_dir
-from cosparse.supply.collaborative.types import SupplyCounters
-from cosparse.supply.collaborative.worker import TableKeys, WorkerPS
-from cosparse.supply.collaborative.writeback_log import LoggedRemote
+from cosparse.supply.paths import make_supply_path
+from cosparse.supply.types import PathContext, SnapshotMismatch
 from cosparse.train.checkpoint import (
     CheckpointError,
     TrainState,
-    checkpoints,
     load_checkpoint,
+    ps_metas,
     read_meta,
     save_checkpoint,
 )
-from cosparse.train.evaluate import log_loss, roc_auc
-from cosparse.train.inputs import ModelInputs, model_inputs
-from cosparse.train.leftovers import earlier_snapshots, stale_snapshots_error, sweep_dead_runs
-from cosparse.train.metrics import IntervalStats, MetricsSink
+from cosparse.train.dense import make_dense_optimizer, pick_device
+from cosparse.train.evaluate import joined_batches, log_loss, roc_auc
+from cosparse.train.inputs import (
+    WORKER_PRELOAD,
+    ModelInputs,
+    check_table_features,
+    model_inputs,
+)
+from cosparse.train.leftovers import sweep_dead_runs
+from cosparse.train.metrics import IntervalCounters, IntervalStats, MetricsSink
 from cosparse.train.nonfinite import NonFiniteLoss
 from cosparse.train.prefetch import Prefetcher
 from cosparse.train.sizing import SizingReport, describe, measure_dense_bytes, size_tiers
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: 'cuda' requested but no CUDA device is available")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def make_dense_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
-    o = cfg.model.dense_optimizer
-    if o.kind == "adagrad":
-        return torch.optim.Adagrad(params, lr=o.lr)
-    if o.kind == "adam":
-        return torch.optim.Adam(params, lr=o.lr)
-    return torch.optim.SGD(params, lr=o.lr)
 
 
 class Trainer:
@@ -92,7 +69,6 @@ class Trainer:
         if swept:
             self.log(f"swept {len(swept)} leftovers of runs that are gone: "
                      f"{', '.join(str(p) for p in swept[:5])}{' ...' if len(swept) > 5 else ''}")
-        self._earlier_snapshots: dict[str, str] = {}  # refused at run() unless resumed
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
             numba.set_num_threads(min(cfg.train.threads, numba.config.NUMBA_NUM_THREADS))
@@ -105,46 +81,38 @@ class Trainer:
         self.bar_position: int | None = None
         self.train_reader = self.inputs.train
         self.eval_reader = self.inputs.eval
-        keys = set(self.train_reader.keys)
-        source = (f"feature consumer '{cfg.features.consumer}'" if cfg.features.spec
-                  else f"data.reader '{cfg.data.reader}'")
-        for i, t in enumerate(cfg.tables):
-            for f in t.features:
-                if f not in keys:
-                    raise ConfigError(
-                        f"tables[{i}].features: feature '{f}' is not produced by {source} "
-                        f"(it has {', '.join(self.train_reader.keys)})"
-                    )
+        check_table_features(cfg, self.train_reader)
         self.model = build_model(cfg, self.train_reader.num_dense, self.device)
-        self.sizing: SizingReport | None = None
-        self.shards: EmbeddedShards | None = None
-        self.ps: PSClient | None = None
-        self._remote_tier = cfg.store.host.spill and cfg.store.host.spill_to == "remote"
         self.links = Links.from_config(cfg.network)
-        self.supply: CollaborativeSupply | None = None
-        self.codec: CollaborativeCodec | None = None
-        self._shm_dir: str | None = None
-        self.fallbacks: list[str] = []
-        self.supply_counters = SupplyCounters()  # across fallbacks and shard restarts
-        if cfg.store.tiered:
-            self._install_tiers()
-        if cfg.supply.path == "ps-direct" or self._remote_tier:
-            self._install_ps()
-        self.ec = self.model.ec
-        self.dense_opt = make_dense_optimizer(cfg, list(self.model.parameters()))
+        self.path = make_supply_path(cfg, PathContext(self.device, self.links, self.train_reader,
+                                                      self.log))
+        self.sizing: SizingReport | None = None
+        try:  # what the path started stops again if the rest of the set-up fails
+            self.path.start(self._size_tiers().plans if cfg.store.tiered else None)
+            self._install_collection()
+            self.dense_opt = make_dense_optimizer(cfg, list(self.model.parameters()))
+            self.sink = MetricsSink(cfg.train.metrics_json, cfg.train.tensorboard_dir)
+        except BaseException:
+            self.path.close()
+            raise
+        said = self.path.describe()
+        if said:
+            self.log(said)
         self.state = TrainState(step=0, epoch=0, batch_in_epoch=0)
-        self.sink = MetricsSink(cfg.train.metrics_json, cfg.train.tensorboard_dir)
+        self.resumed = False  # a fresh run on an earlier run's PS snapshots is refused
         self.losses: list[float] = []
         self.bad_records = 0
         self.skipped_batches = 0  # batches whose loss was not finite (train.on_nonfinite)
         self.wire_bytes = 0  # bytes of every batch message on the worker->trainer link
         self.features_computed = 0  # feature computations behind the batches trained
-        self.delivering_pids: set[int] = set()  # processes whose PS pulls delivered rows
         self.data_worker_pids: set[int] = set()  # every data-worker process started
+        self.stream: Any = None  # the live data stream (its worker pids: ``stream.pids``)
         self.progress = Progress("the trainer")  # what the planner and prefetch waits watch
         self._saves = 0  # checkpoints this process committed
+        self._stages: dict[str, float] = {}
+        self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
 
-    def _install_tiers(self) -> None:
+    def _size_tiers(self) -> SizingReport:
         """Dense first, sparse the rest: size the tiers from a dry run and the first batches."""
         cfg = self.cfg
         tasks = self.train_reader.tasks()
@@ -156,114 +124,23 @@ class Trainer:
             dense = measure_dense_bytes(self.model, probe[0], cfg.model.dense_optimizer.kind)
         self.sizing = size_tiers(cfg, probe, dense)
         self.log(describe(self.sizing))
-        if cfg.supply.path == "ps-direct" or self._remote_tier:
-            return  # the PS-backed collection is built with the client (_install_ps)
-        self.model.ec = EmbeddingCollection(
-            cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
-            tiers=self.sizing.plans, lookahead=cfg.supply.lookahead,
-            admit_after=cfg.store.admit_after,
-        )
+        return self.sizing
 
-    def _install_ps(self) -> None:
-        """Architecture A: start (or reach) the PS shards and serve every table from them."""
-        cfg, remote = self.cfg, self.cfg.store.remote
-        try:
-            if remote.embedded:
-                data_dir = remote.data_dir
-                if data_dir is None:
-                    data_dir = self._ps_tmp = tempfile.mkdtemp(prefix=f"cosparse-ps-{owner_tag()}-")
-                self._earlier_snapshots = earlier_snapshots(cfg)
-                self.shards = EmbeddedShards(remote.num_shards, cfg.tables, data_dir,
-                                             auth_key_file=remote.auth_key, max_rows=remote.max_rows)
-                self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s, self.links.trainer_ps)
-            else:
-                endpoints = remote.endpoints
-                if remote.discovery == "tcpstore":
-                    address = remote.tcpstore or store_address_from_env()
-                    if address is None:
-                        raise ConfigError("store.remote.tcpstore: not set and MASTER_ADDR/"
-                                          "MASTER_PORT are not in the environment (not torchrun)")
-                    endpoints = discover(address, remote.num_shards, remote.timeout_s)
-                self.ps = PSClient(endpoints, remote.timeout_s, remote.heartbeat_s,
-                                   auth_key=remote.auth_key, link=self.links.trainer_ps)
-                self.ps.register(cfg.tables)
-        except BaseException:
-            self.close()
-            raise
-        self.model.ec = self._ps_collection()
-        where = (f"{remote.num_shards} embedded shards" if remote.embedded
-                 else f"{self.ps.num_shards} shards")
-        role = {"ps-direct": "supply ps-direct", "collaborative": "supply collaborative (workers "
-                "deliver cold rows)"}.get(cfg.supply.path, "remote tier below host")
-        self.log(f"{role}: {where} at {', '.join(self.ps.endpoints)}")
-
-    def _ps_collection(self) -> EmbeddingCollection:
-        """The collection over the PS: architecture A, or tiers whose lowest level is the PS."""
+    def _install_collection(self) -> None:
+        """The model's embedding collection over the supply path's table placements."""
         cfg = self.cfg
-        arch_a = cfg.supply.path == "ps-direct"
-        collaborative = cfg.supply.path == "collaborative" and not self.fallbacks
-        remote = LoggedRemote(self.ps) if collaborative else self.ps
-        ec = EmbeddingCollection(
-            cfg.tables, self.device, cfg.store.device.budget_bytes,  # type: ignore[arg-type]
-            tiers=self.sizing.plans if self.sizing else None, lookahead=cfg.supply.lookahead,
-            admit_after=cfg.store.admit_after,
-            ps_client=self.ps if arch_a else None, remote_tier=None if arch_a else remote,
+        self.model.ec = self.ec = EmbeddingCollection(
+            cfg.tables, self.device, self.path.placements(), lookahead=cfg.supply.lookahead,
+            admit_after=cfg.store.admit_after, delivery=self.path.delivery,
+            budget_bytes=cfg.store.device.budget_bytes,  # type: ignore[arg-type]
         )
-        if cfg.train.check_versions:  # debug: every row checked against the PS before it trains
-            from cosparse.supply.ps_direct import enable_version_checks
-
-            enable_version_checks(ec.tables.values())
-        if collaborative:
-            self._start_collaborative(ec, remote)  # type: ignore[arg-type]
-        return ec
-
-    def _start_collaborative(self, ec: EmbeddingCollection, remote: LoggedRemote) -> None:
-        """Architecture B: publish the resident filter, and have the data workers bring the
-        rows it does not hold over their own PS connections."""
-        cfg, sp = self.cfg, self.cfg.supply
-        self._stop_collaborative()
-        if self._shm_dir is None:
-            self._shm_dir = shared_dir("cosparse-b-")
-        assert self.sizing is not None and self.ps is not None
-        capacity = {n: p.device_rows + (p.host_rows or 0) for n, p in self.sizing.plans.items()}
-        layout = FilterLayout.sized(os.path.join(self._shm_dir, "resident.filter"), capacity,
-                                    sp.filter_bits_per_row)
-        self.supply = ec.supply = CollaborativeSupply(ec.tables, remote, layout, sp.publish_every,
-                                                      sp.publish_timeout_s, sp.max_stale_rate,
-                                                      self.supply_counters)
-        keys = [TableKeys(t.name, tuple(t.features), t.hash_size) for t in cfg.tables]
-        remote_cfg = cfg.store.remote
-        ps = WorkerPS(tuple(self.ps.endpoints), remote_cfg.timeout_s, remote_cfg.heartbeat_s,
-                      remote_cfg.auth_key, self.links.worker_ps)
-        self.codec = CollaborativeCodec(self.train_reader, keys, ps, layout, self._shm_dir)
-
-    def _stop_collaborative(self) -> None:
-        if self.supply is not None:
-            self.supply.close()
-            self.supply = None
-        self.codec = None
-        if getattr(self, "ec", None) is not None:
-            self.ec.supply = None
-
-    def _fall_back(self, reason: str) -> None:
-        """Switch from the collaborative path to the trainer's own pulls (ps-direct supply),
-        keeping the tiers: the batches not yet trained are planned again from the PS."""
-        self.fallbacks.append(reason)
-        self._stop_collaborative()
-        self.log(f"supply: falling back to ps-direct at step {self.state.step}: {reason}")
 
     # --- checkpoints --------------------------------------------------------------------------
-    @property
-    def _ps_durable(self) -> bool:
-        """The shards keep their snapshots where a later run finds them (not a temporary dir)."""
-        remote = self.cfg.store.remote
-        return self.ps is not None and (not remote.embedded or remote.data_dir is not None)
-
     def save(self) -> None:
-        """Checkpoint atomically. With durable PS shards, the shards snapshot their rows and the
-        trainer's checkpoint records those snapshots: both parts commit with one step number or
-        neither does. Otherwise the PS rows are read into the trainer's checkpoint."""
-        ck = self.cfg.train.checkpoint
+        """Checkpoint atomically. When the PS snapshots its rows, the shards snapshot them and
+        the trainer's checkpoint records those snapshots: both parts commit with one step number
+        or neither does. Otherwise the PS rows are read into the trainer's checkpoint."""
+        ck, step = self.cfg.train.checkpoint, self.state.step
         dense = {
             "model": self.model.state_dict(),
             "optimizer": self.dense_opt.state_dict(),
@@ -271,86 +148,41 @@ class Trainer:
             "bad_records": self.bad_records,
         }
 
-        def snapshot_shards() -> dict[str, Any]:
-            assert self.ps is not None
-            self.progress.beat(f"checkpoint at step {self.state.step}: PS snapshots")
+        def snapshot_ps() -> dict[str, Any]:
+            self.progress.beat(f"checkpoint at step {step}: PS snapshots")
             # a full snapshot every `keep` saves, so pruning can drop the chains before it
             full = self._saves % max(1, ck.keep) == 0
-            names = self.ps.snapshot(incremental=ck.incremental and not full)
-            return {"ps": {"num_shards": self.ps.num_shards, "step": self.state.step,
-                           "snapshots": [names[i] for i in range(self.ps.num_shards)]}}
+            return {"ps": {**self.path.snapshot(full), "step": step}}
 
-        self.progress.beat(f"checkpoint at step {self.state.step}: exporting rows")
+        self.progress.beat(f"checkpoint at step {step}: exporting rows")
+        on_ps = self.path.rows_on_ps
         try:
             path = save_checkpoint(
-                ck.dir,  # type: ignore[arg-type]
-                self.state,
-                dense,
-                self.ec.export_rows(skip_ps=self._ps_durable),
-                dataclasses.asdict(self.cfg),
-                keep=ck.keep,
-                before_commit=snapshot_shards if self._ps_durable else None,
+                ck.dir, self.state, dense,  # type: ignore[arg-type]
+                self.ec.export_rows(skip_ps=on_ps), dataclasses.asdict(self.cfg), keep=ck.keep,
+                before_commit=snapshot_ps if on_ps else None,
             )
         except OSError as e:  # disk full, quota, I/O error: nothing of this save is committed
             raise CheckpointError(
-                f"writing the checkpoint of step {self.state.step} under {ck.dir} failed: "
+                f"writing the checkpoint of step {step} under {ck.dir} failed: "
                 f"{e.strerror or e}; nothing of it was committed and the previous checkpoint "
                 "is intact (free disk space, then rerun with --resume)"
             ) from e
         self._saves += 1
-        self.log(f"checkpoint: step {self.state.step} -> {path}")
-        self._prune_snapshots()
-
-    def _prune_snapshots(self) -> None:
-        """Keep the PS snapshots that the checkpoints on disk name (each with the chain it needs)
-        and the shards' newest; remove the others. Embedded shards only (their disk is ours)."""
-        if self.shards is None or not self._ps_durable:
-            return
-        keep: list[set[str]] = [set() for _ in range(self.shards.num_shards)]
-        for path in checkpoints(self.cfg.train.checkpoint.dir):  # type: ignore[arg-type]
-            try:
-                names = read_meta(path).get("ps", {}).get("snapshots") or []
-            except FileNotFoundError:  # pruned meanwhile
-                continue
-            except (OSError, ValueError, CheckpointError):  # unreadable: prune nothing
-                return
-            for i, name in enumerate(names[: len(keep)]):
-                keep[i].add(name)
-        for i, names in enumerate(keep):
-            snapshots.prune(self.shards.data_dir / f"shard-{i}", names)
-
-    def _restart_shards_from(self, ps_meta: dict[str, Any]) -> None:
-        """Bring the PS to the snapshots a checkpoint names: restart embedded shards from them,
-        or check that external shards were restarted from them."""
-        remote, names = self.cfg.store.remote, ps_meta["snapshots"]
-        if len(names) != (remote.num_shards if remote.embedded else self.ps.num_shards):  # type: ignore[union-attr]
-            raise CheckpointError(f"checkpoint was taken with {len(names)} PS shards, the config "
-                                  "has a different number (store.remote)")
-        if remote.embedded:
-            self._earlier_snapshots = {}  # the run they belong to goes on
-            if self.ps is not None:
-                self.ps.close()
-            if self.shards is not None:
-                self.shards.close()
-            self.shards = EmbeddedShards(remote.num_shards, self.cfg.tables, remote.data_dir,
-                                         auth_key_file=remote.auth_key, restore=names,
-                                         max_rows=remote.max_rows)
-            self.ps = self.shards.client(remote.timeout_s, remote.heartbeat_s)
-            self.model.ec = self.ec = self._ps_collection()
-            return
-        assert self.ps is not None
-        for i, st in enumerate(self.ps.stats()):
-            if st.get("last_snapshot") != names[i]:
-                raise CheckpointError(
-                    f"PS shard {i} at {self.ps.endpoints[i]} holds snapshot "
-                    f"{st.get('last_snapshot')!r}; this checkpoint needs {names[i]!r}: restart it "
-                    f"with `cosparse ps serve ... --restore {names[i]}`"
-                )
+        self.log(f"checkpoint: step {step} -> {path}")
+        metas = ps_metas(ck.dir) if on_ps else None  # type: ignore[arg-type]
+        if metas is not None:
+            self.path.prune(metas)
 
     def resume(self, path: str) -> None:
         ps_meta = read_meta(path).get("ps")
         if ps_meta is not None:
-            self._restart_shards_from(ps_meta)
+            try:
+                rebuilt = self.path.restore(ps_meta)
+            except SnapshotMismatch as e:
+                raise CheckpointError(str(e)) from e
+            if rebuilt:
+                self._install_collection()
         state, dense, tables, _ = load_checkpoint(path)
         self.model.load_state_dict(dense["model"])
         self.dense_opt.load_state_dict(dense["optimizer"])
@@ -358,15 +190,19 @@ class Trainer:
         self.bad_records = int(dense.get("bad_records", 0))
         self.ec.load_rows(tables, state.step, rows_on_ps=ps_meta is not None)
         self.state = state
+        self.resumed = True
         self.log(f"resumed from {path}: step {state.step}, epoch {state.epoch}")
 
     # --- training -----------------------------------------------------------------------------
     def _train_step(self, prepared: PreparedBatch) -> float:
+        """One step, top to bottom: the forward gathers the batch's planned rows, the loss is
+        checked, backward, the dense optimizer, then the sparse one, which writes the rows'
+        updates back to where they live (a PS push). Returns the loss."""
         batch = prepared.batch
         self.model.train()
         self.dense_opt.zero_grad(set_to_none=True)
+        ec0 = dict(self.ec.stage_ms)
         t0 = time.perf_counter()
-        supply0 = self.ec.stage_ms["supply"]
         logits = self.model(prepared)
         labels = batch.labels.to(self.device, non_blocking=True)
         loss = F.binary_cross_entropy_with_logits(logits, labels)
@@ -385,27 +221,29 @@ class Trainer:
         # it still ends the batch (the planner's pins, the step count)
         self.ec.apply_gradients()
         t3 = time.perf_counter()
-        supply = self.ec.stage_ms["supply"] - supply0
-        self._stages = {
-            "supply": supply,
-            "forward": (t1 - t0) * 1e3 - supply,
-            "backward": (t2 - t1) * 1e3,
-            "optim": (t3 - t2) * 1e3,
+        ec = {k: self.ec.stage_ms[k] - ec0.get(k, 0.0) for k in ("fill", "gather", "writeback")}
+        self._stages = {  # (read: the prefetch wait, added by the caller)
+            "featurize": batch.build_ms,
             "prep": prepared.prep_ms,
-            "plan": prepared.plan_ms,
+            "plan": prepared.plan_ms - prepared.fill_ms,
+            "fill": prepared.fill_ms + ec["fill"],
+            "gather": ec["gather"],
+            "forward": (t1 - t0) * 1e3 - ec["gather"] - ec["fill"],
+            "backward": (t2 - t1) * 1e3,
+            "optim": (t3 - t2) * 1e3 - ec["writeback"],
+            "writeback": ec["writeback"],
         }
         return value
 
     def run(self, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
         """Train up to ``steps`` in all (default ``train.steps``); evaluate at the end unless
         ``evaluate`` is False. Returns the last interval's metrics (and the evaluation)."""
-        if self._earlier_snapshots:  # not resumed from them: this run would train on old rows
-            raise stale_snapshots_error(self.cfg, self._earlier_snapshots)
+        if not self.resumed:  # a fresh run on an earlier run's PS snapshots would train on them
+            self.path.refuse_stale()
         total = steps if steps is not None else self.cfg.train.steps
         cfg = self.cfg
         stats = IntervalStats()
-        self._counters_at_log = self.ec.counters()
-        self._shrinks_at_log = self.ec.planner.shrinks
+        self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
         bar = tqdm(
             total=total, initial=self.state.step, disable=not cfg.train.progress, unit="step",
             dynamic_ncols=True, desc=self.bar_desc, position=self.bar_position,
@@ -416,10 +254,10 @@ class Trainer:
                 stream = self.stream_factory(self.state.batch_in_epoch) if self.stream_factory \
                     else BatchStream(
                         self.train_reader, cfg.data.workers, cfg.data.queue_depth,
-                        start_batch=self.state.batch_in_epoch, codec=self.codec,
-                        link=self.links.worker_trainer,
+                        start_batch=self.state.batch_in_epoch, codec=self.path.codec,
+                        link=self.links.worker_trainer, preload=WORKER_PRELOAD,
                     )
-                self.stream = stream  # the live data stream (its worker pids: ``stream.pids``)
+                self.stream = stream
                 self.data_worker_pids.update(stream.pids)
                 # never plan past the last step: planning pulls rows (a PS creates the rows it is
                 # asked for), so batches planned but never trained would leave extra rows behind,
@@ -435,14 +273,14 @@ class Trainer:
                         last = self._one_step(prepared, prefetch, stats, bar, total) or last
                         if self.state.step >= total:
                             break
-                        failure = self.supply.health() if self.supply is not None else None
+                        failure = self.path.health()
                         if failure is not None:
                             break
                     else:
                         self.state.epoch += 1
                         self.state.batch_in_epoch = 0
-                except (WorkerExited, DeliveryError) as e:
-                    if self.supply is None:
+                except (WorkerExited, *self.path.stream_errors) as e:
+                    if self.path.delivery is None:  # not the workers' rows: nothing to fall back
                         raise
                     failure = str(e)
                 finally:
@@ -451,10 +289,7 @@ class Trainer:
                     stream.close()
                     self.ec.planner.reset(self.state.step)
                 if failure is not None:
-                    if cfg.supply.fallback is None:
-                        raise SupplyFailure(f"{failure} (set supply.fallback: ps-direct to go on "
-                                            "without the workers' rows)")
-                    self._fall_back(failure)
+                    self.path.fall_back(failure, self.state.step)
         finally:
             bar.close()
         if stats.steps:
@@ -481,13 +316,10 @@ class Trainer:
         self.bad_records += prepared.batch.bad_records
         self.wire_bytes += prepared.batch.wire_bytes
         self.features_computed += prepared.batch.features_computed
-        if prepared.batch.delivery is not None:
-            self.delivering_pids.add(prepared.batch.delivery.worker_pid)
         self.state.step += 1
         self.state.batch_in_epoch += 1
         self.progress.beat(f"trained step {self.state.step}")
-        if self.supply is not None:
-            self.supply.on_step(self.state.step)
+        self.path.on_step(self.state.step)
         stages = dict(self._stages, read=prefetch.wait_ms - wait0)
         stats.add_step(prepared.batch.batch_size, loss, (time.perf_counter() - t0) * 1e3, stages,
                        skipped=skipped)
@@ -510,7 +342,7 @@ class Trainer:
             rec["features.computed"] = self.features_computed
         for name, n in self.ec.unique_ids.items():
             rec[f"unique_ids.{name}"] = n
-        rec.update(self._store_metrics())
+        rec.update(self.interval_counters.take(self.wire_bytes))
         self.sink.write(rec)
         if bar is not None:
             bar.set_postfix(loss=f"{rec['loss']:.4f}", samples_s=f"{rec['samples_per_s']:,.0f}")
@@ -522,100 +354,15 @@ class Trainer:
         stats.reset()
         return rec
 
-    def _store_metrics(self) -> dict[str, float]:
-        """Tier and PS figures since the last log point, from the runtime counters."""
-        out: dict[str, float] = {}
-        if self.ps is not None:
-            c = self.ps.counters
-            prev = getattr(self, "_ps_at_log", (0, 0, 0, 0.0))
-            out["bytes.trainer_ps.pull"] = c.bytes_pull - prev[0]
-            out["bytes.trainer_ps.push"] = c.bytes_push - prev[1]
-            out["ps.requests"] = c.requests - prev[2]
-            out["ps.wait_ms"] = (c.wait_s - prev[3]) * 1e3
-            self._ps_at_log = (c.bytes_pull, c.bytes_push, c.requests, c.wait_s)
-            shard_stats = self.ps.stats()  # one small request per shard per log interval
-            out["ps.queue_depth_max"] = max(int(st.get("max_queue_depth", 0)) for st in shard_stats)
-            out["ps.busy_s"] = sum(float(st.get("busy_s", 0.0)) for st in shard_stats)
-        out.update(self._supply_metrics())
-        if self.ec.admission:
-            out["admission.rejected"] = sum(a.rejected for a in self.ec.admission.values())
-        now = self.ec.counters()
-        if not now:
-            return out
-        totals: dict[str, int] = {}
-        for name, c in now.items():
-            d = c.minus(self._counters_at_log[name])
-            for k, v in d.items():
-                totals[k] = totals.get(k, 0) + v
-            if d["lookups"]:
-                out[f"hit_rate.device.{name}"] = d["device_hits"] / d["lookups"]
-                out[f"hit_rate.host.{name}"] = d["host_hits"] / d["lookups"]
-            out[f"bytes.host_device.{name}"] = d["bytes_host_device"]
-            out[f"bytes.device_host.{name}"] = d["bytes_device_host"]
-            out[f"evictions.device.{name}"] = d["evictions_device"]
-            out[f"evictions.host.{name}"] = d["evictions_host"]
-        if totals["lookups"]:
-            out["hit_rate.device"] = totals["device_hits"] / totals["lookups"]
-            out["hit_rate.host"] = totals["host_hits"] / totals["lookups"]
-        out["bytes.host_device"] = totals["bytes_host_device"]
-        out["bytes.device_host"] = totals["bytes_device_host"]
-        out["evictions.device"] = totals["evictions_device"]
-        out["evictions.host"] = totals["evictions_host"]
-        misses = totals["lookups"] - totals["device_hits"]
-        below = "trainer_ps" if self.ps is not None else "backing"
-        for share, key in (("host", "host_hits"), ("delivered", "delivered_hits"),
-                           (below, "backing_hits"), ("fresh", "fresh_rows")):
-            out[f"miss_share.{share}"] = totals[key] / misses if misses else 0.0
-        out["bytes.delivered_device"] = totals["bytes_delivered_device"]
-        out["bytes.backing_device"] = totals["bytes_backing_device"]
-        out["bytes.host_backing"] = totals["bytes_host_backing"]
-        out["lookahead_shrinks"] = self.ec.planner.shrinks - self._shrinks_at_log
-        out["ttl_drops"] = totals["ttl_drops"]
-        out["hbm_share"] = self.ec.hbm_share() or 0.0
-        self._counters_at_log = now
-        self._shrinks_at_log = self.ec.planner.shrinks
-        return out
-
-    def _supply_metrics(self) -> dict[str, float]:
-        """Worker-side links and delivered rows since the last log point."""
-        now = {"wire": self.wire_bytes, **self.supply_counters.as_dict()}
-        prev = getattr(self, "_supply_at_log", dict.fromkeys(now, 0))
-        self._supply_at_log = now
-        d = {k: v - prev[k] for k, v in now.items()}
-        out: dict[str, float] = {"bytes.worker_trainer": d["wire"]}
-        if self.cfg.supply.path == "collaborative":
-            out.update({
-                "bytes.worker_ps": d["worker_ps_bytes"],
-                "wasted_bytes.worker_ps": d["wasted_bytes"],
-                "stale_drops": d["stale_drops"],
-                "delivered_rows": d["delivered_rows"],
-                "delivered_rows_used": d["used_rows"],
-                "filter_publishes": d["publishes"],
-                "fallbacks": len(self.fallbacks),
-            })
-        return out
-
-    def _eval_batches(self, stream: BatchStream) -> Iterator[SparseBatch]:
-        """The eval stream's batches joined into at least ``data.eval_batch_size`` samples: one
-        dedup, one read of the rows (no planning, no pins) and one forward for each."""
-        d = self.cfg.data
-        want = d.eval_batch_size or max(d.batch_size, 1024)
-        group: list[SparseBatch] = []
-        for batch in stream:
-            group.append(batch)
-            if sum(b.batch_size for b in group) >= want:
-                yield concat_batches(group)
-                group = []
-        if group:
-            yield concat_batches(group)
-
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """AUC and log loss over the whole eval split (the tables are not modified)."""
         self.model.eval()
         scores, labels = [], []
-        with BatchStream(self.eval_reader, self.cfg.data.workers, self.cfg.data.queue_depth) as s:
-            for batch in self._eval_batches(s):
+        with BatchStream(self.eval_reader, self.cfg.data.workers, self.cfg.data.queue_depth,
+                         preload=WORKER_PRELOAD) as s:
+            want = self.cfg.data.eval_batch_size or max(self.cfg.data.batch_size, 1024)
+            for batch in joined_batches(s, want):
                 self.progress.beat(f"evaluating at step {self.state.step}")
                 logits = self.model(self.ec.prepare(batch))
                 scores.append(torch.sigmoid(logits).float().cpu().numpy())
@@ -633,20 +380,6 @@ class Trainer:
         return out
 
     def close(self) -> None:
-        """Flush the metrics and stop the PS shards this trainer started (safe to call twice)."""
-        if getattr(self, "sink", None) is not None:
-            self.sink.close()
-        if getattr(self, "supply", None) is not None:
-            self._stop_collaborative()
-        if getattr(self, "_shm_dir", None):
-            shutil.rmtree(self._shm_dir, ignore_errors=True)
-            self._shm_dir = None
-        if getattr(self, "ps", None) is not None:
-            self.ps.close()
-            self.ps = None
-        if getattr(self, "shards", None) is not None:
-            self.shards.close()
-            self.shards = None
-        if getattr(self, "_ps_tmp", None):
-            shutil.rmtree(self._ps_tmp, ignore_errors=True)
-            self._ps_tmp = None
+        """Flush the metrics and stop what the supply path started (safe to call twice)."""
+        self.sink.close()
+        self.path.close()

@@ -141,17 +141,14 @@ def _pop(hk, hi, n):
 
 
 # --- the simulator ---------------------------------------------------------------------------------
+# ``simulate_cache`` runs one batch at a time: ``_record_batch`` (hits, then the policy keys),
+# ``_window_end`` (how far ahead the window fits), ``_fill_window`` (demand misses and prefetches,
+# with their evictions). The helpers return the scalar state they change, so the operations run
+# in the same order as in one loop. The victim search stays inside ``_fill_window``: it runs once
+# per eviction, and a call there (inlined or not) measurably slowed the simulation.
 @numba.njit(cache=True, nogil=True)
-def simulate_cache(ids, offsets, nxt, first, ws, num_ids, capacity, policy, k, decay, static_key,
-                   warm_start):
-    """Simulate one cache of ``capacity`` rows; returns int64 stats in ``STAT_NAMES`` order.
-
-    ``ws`` comes from ``window_sizes(.., k)``; ``static_key`` is only read by ``STATIC``. The caller
-    checks feasibility (``capacity >= max |U_t|``).
-    """
-    nb = offsets.shape[0] - 1
-    stats = np.zeros(7, dtype=np.int64)
-    resident = np.zeros(num_ids, dtype=np.bool_)
+def _initial_keys(num_ids, policy, first, static_key):
+    """Every row's key before the first batch."""
     key = np.empty(num_ids, dtype=np.float64)
     for i in range(num_ids):
         if policy == LRU:
@@ -164,6 +161,156 @@ def simulate_cache(ids, offsets, nxt, first, ws, num_ids, capacity, policy, k, d
             key[i] = -float(first[i])
         else:
             key[i] = static_key[i]
+    return key
+
+
+@numba.njit(cache=True, nogil=True)
+def _heap_capacity(offsets, capacity, k):
+    """Room for the lazy heap: 4 capacities (rebuilt above that) plus two windows of lookups."""
+    nb = offsets.shape[0] - 1
+    maxw = 0  # most lookups in k + 1 consecutive batches
+    for t in range(nb):
+        w = offsets[min(t + k + 1, nb)] - offsets[t]
+        if w > maxw:
+            maxw = w
+    return 4 * capacity + 2 * maxw + 16
+
+
+@numba.njit(cache=True, nogil=True)
+def _record_batch(t, lo, hi_, ids, nxt, policy, decay, logd, resident, key, cur_next, used_at, hs,
+                  hlast, hk, hi, hn):
+    """Count batch ``t``'s hits against the cache as it stands, then update each row's history
+    and key (a resident row's new key is pushed). Returns (hits, heap size)."""
+    h = 0
+    for j in range(lo, hi_):
+        i = ids[j]
+        if resident[i]:
+            h += 1
+        used_at[i] = t
+        cur_next[i] = nxt[j]
+        if policy == LRU:
+            key[i] = float(t)
+        elif policy == LFU:
+            key[i] += 1.0
+        elif policy == HOTNESS:
+            sc = 1.0
+            if hs[i] > 0.0:
+                sc = hs[i] * decay ** (t - hlast[i]) + 1.0
+            hs[i] = sc
+            hlast[i] = t
+            key[i] = np.log(sc) - t * logd
+        elif policy == BELADY:
+            key[i] = -float(nxt[j])
+        if resident[i] and policy != STATIC:
+            hn = _push(hk, hi, hn, key[i], i)
+    return h, hn
+
+
+@numba.njit(inline="always")
+def _window_end(ws, t, nb, k, capacity):
+    """(kp, shrunk): batches ``t..t+kp`` fit in ``capacity`` together, ``kp <= k``; ``shrunk``
+    when the end of the trace did not set ``kp``."""
+    kmax = min(k, nb - 1 - t)
+    kp = kmax
+    while kp > 0 and ws[t, kp] > capacity:
+        kp -= 1
+    return kp, kp < kmax
+
+
+@numba.njit(cache=True, nogil=True)
+def _farthest_queued(q, nq, qpos, q_sorted, cur_next, qn_buf):
+    """The next row of ``q`` by farthest next use (sorted on first use; q is in (key, id) order
+    already, and a stable sort keeps that for ties). Returns (row, qpos, q_sorted)."""
+    if not q_sorted:
+        for s in range(nq):
+            qn_buf[s] = -cur_next[q[s]]
+        order = np.argsort(qn_buf[:nq], kind="mergesort")
+        q[:nq] = q[:nq][order]
+        q_sorted = True
+    if qpos >= nq:
+        raise RuntimeError("cache simulator: no victim (window larger than capacity)")
+    return q[qpos], qpos + 1, q_sorted
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_window(t, lo, end, limit, known, capacity, ids, resident, key, used_at, cur_next, res,
+                 slot_of, n_res, hk, hi, hn, side, q, qn_buf, stats):
+    """Make rows ``ids[lo:end]`` resident (the demand misses of batch ``t``, then the prefetches
+    of the window). When the cache is full, the victim is the first row popped from the heap
+    that no batch up to ``known`` needs (rows of the pinned window, up to ``limit``, go aside;
+    rows needed later in the full window are queued), else the queued row used farthest ahead.
+    Then the popped rows that stay resident are pushed back. Returns (resident rows, heap size).
+    """
+    n_side = 0
+    nq = 0
+    qpos = 0
+    q_sorted = False
+    exhausted = False
+    for j in range(lo, end):
+        i = ids[j]
+        if resident[i]:
+            continue
+        if n_res == capacity:
+            v = -1
+            while not exhausted:
+                if hn == 0:
+                    exhausted = True
+                    break
+                ck = hk[0]
+                ci = hi[0]
+                hn = _pop(hk, hi, hn)
+                if not resident[ci] or key[ci] != ck:
+                    continue  # stale entry
+                if used_at[ci] == t or cur_next[ci] <= limit:
+                    side[n_side] = ci
+                    n_side += 1
+                    continue
+                if cur_next[ci] <= known:
+                    q[nq] = ci
+                    nq += 1
+                    continue
+                v = ci
+                break
+            if v < 0:  # only rows needed inside the full window are left: farthest next use first
+                v, qpos, q_sorted = _farthest_queued(q, nq, qpos, q_sorted, cur_next, qn_buf)
+            # evict v
+            resident[v] = False
+            s = slot_of[v]
+            last = res[n_res - 1]
+            res[s] = last
+            slot_of[last] = s
+            slot_of[v] = -1
+            n_res -= 1
+            stats[5] += 1
+        resident[i] = True
+        res[n_res] = i
+        slot_of[i] = n_res
+        n_res += 1
+        hn = _push(hk, hi, hn, key[i], i)
+        stats[4] += 1
+    for s in range(n_side):
+        i = side[s]
+        if resident[i]:
+            hn = _push(hk, hi, hn, key[i], i)
+    for s in range(qpos, nq):
+        i = q[s]
+        if resident[i]:
+            hn = _push(hk, hi, hn, key[i], i)
+    return n_res, hn
+
+
+@numba.njit(cache=True, nogil=True)
+def simulate_cache(ids, offsets, nxt, first, ws, num_ids, capacity, policy, k, decay, static_key,
+                   warm_start):
+    """Simulate one cache of ``capacity`` rows; returns int64 stats in ``STAT_NAMES`` order.
+
+    ``ws`` comes from ``window_sizes(.., k)``; ``static_key`` is only read by ``STATIC``. The caller
+    checks feasibility (``capacity >= max |U_t|``).
+    """
+    nb = offsets.shape[0] - 1
+    stats = np.zeros(7, dtype=np.int64)
+    resident = np.zeros(num_ids, dtype=np.bool_)
+    key = _initial_keys(num_ids, policy, first, static_key)
     cur_next = first.copy()
     hs = np.zeros(num_ids, dtype=np.float64)  # hotness at the last use
     hlast = np.zeros(num_ids, dtype=np.int64)
@@ -174,12 +321,7 @@ def simulate_cache(ids, offsets, nxt, first, ws, num_ids, capacity, policy, k, d
     slot_of = np.full(num_ids, -1, dtype=np.int64)
     n_res = 0
 
-    maxw = 0  # most lookups in k + 1 consecutive batches
-    for t in range(nb):
-        w = offsets[min(t + k + 1, nb)] - offsets[t]
-        if w > maxw:
-            maxw = w
-    hcap = 4 * capacity + 2 * maxw + 16
+    hcap = _heap_capacity(offsets, capacity, k)
     hk = np.empty(hcap, dtype=np.float64)
     hi = np.empty(hcap, dtype=np.int64)
     hn = 0
@@ -193,107 +335,21 @@ def simulate_cache(ids, offsets, nxt, first, ws, num_ids, capacity, policy, k, d
         lo = offsets[t]
         hi_ = offsets[t + 1]
         # 1. count hits against the cache as it stands at the start of the batch; update history
-        h = 0
-        for j in range(lo, hi_):
-            i = ids[j]
-            if resident[i]:
-                h += 1
-            used_at[i] = t
-            cur_next[i] = nxt[j]
-            if policy == LRU:
-                key[i] = float(t)
-            elif policy == LFU:
-                key[i] += 1.0
-            elif policy == HOTNESS:
-                sc = 1.0
-                if hs[i] > 0.0:
-                    sc = hs[i] * decay ** (t - hlast[i]) + 1.0
-                hs[i] = sc
-                hlast[i] = t
-                key[i] = np.log(sc) - t * logd
-            elif policy == BELADY:
-                key[i] = -float(nxt[j])
-            if resident[i] and policy != STATIC:
-                hn = _push(hk, hi, hn, key[i], i)
+        h, hn = _record_batch(t, lo, hi_, ids, nxt, policy, decay, logd, resident, key, cur_next,
+                              used_at, hs, hlast, hk, hi, hn)
         stats[0] += h
         stats[1] += hi_ - lo
         if t >= warm_start:
             stats[2] += h
             stats[3] += hi_ - lo
         # 2. the window: batches t..t+kp must fit together, kp <= k
-        kmax = min(k, nb - 1 - t)
-        kp = kmax
-        while kp > 0 and ws[t, kp] > capacity:
-            kp -= 1
-        if kp < kmax:
+        kp, shrunk = _window_end(ws, t, nb, k, capacity)
+        if shrunk:
             stats[6] += 1
         limit = t + kp  # pinned: used in this batch or needed by batch <= limit
         known = t + k  # next use known (inside the full window) but not pinned after a shrink
-        n_side = 0
-        nq = 0
-        qpos = 0
-        q_sorted = False
-        exhausted = False
         # 3. make the window resident: demand misses of batch t, then prefetches of t+1..t+kp
-        for j in range(lo, offsets[t + kp + 1]):
-            i = ids[j]
-            if resident[i]:
-                continue
-            if n_res == capacity:
-                v = -1
-                while not exhausted:
-                    if hn == 0:
-                        exhausted = True
-                        break
-                    ck = hk[0]
-                    ci = hi[0]
-                    hn = _pop(hk, hi, hn)
-                    if not resident[ci] or key[ci] != ck:
-                        continue  # stale entry
-                    if used_at[ci] == t or cur_next[ci] <= limit:
-                        side[n_side] = ci
-                        n_side += 1
-                        continue
-                    if cur_next[ci] <= known:
-                        q[nq] = ci
-                        nq += 1
-                        continue
-                    v = ci
-                    break
-                if v < 0:
-                    # only rows needed inside the full window are left: farthest next use first
-                    # (q is in (key, id) order already; a stable sort keeps that for ties)
-                    if not q_sorted:
-                        for s in range(nq):
-                            qn_buf[s] = -cur_next[q[s]]
-                        order = np.argsort(qn_buf[:nq], kind="mergesort")
-                        q[:nq] = q[:nq][order]
-                        q_sorted = True
-                    if qpos >= nq:
-                        raise RuntimeError("cache simulator: no victim (window larger than capacity)")
-                    v = q[qpos]
-                    qpos += 1
-                # evict v
-                resident[v] = False
-                s = slot_of[v]
-                last = res[n_res - 1]
-                res[s] = last
-                slot_of[last] = s
-                slot_of[v] = -1
-                n_res -= 1
-                stats[5] += 1
-            resident[i] = True
-            res[n_res] = i
-            slot_of[i] = n_res
-            n_res += 1
-            hn = _push(hk, hi, hn, key[i], i)
-            stats[4] += 1
-        for s in range(n_side):
-            i = side[s]
-            if resident[i]:
-                hn = _push(hk, hi, hn, key[i], i)
-        for s in range(qpos, nq):
-            i = q[s]
-            if resident[i]:
-                hn = _push(hk, hi, hn, key[i], i)
+        n_res, hn = _fill_window(t, lo, offsets[t + kp + 1], limit, known, capacity, ids,
+                                 resident, key, used_at, cur_next, res, slot_of, n_res, hk, hi, hn,
+                                 side, q, qn_buf, stats)
     return stats

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cosparse.config import Config
-from cosparse.train.metrics import dumps_metrics
+from cosparse.strict_json import dumps_metrics
 from cosparse.tune.cache_sim import DEFAULT_DECAY
 from cosparse.tune.plan import DEFAULT_CAPACITIES, plan_tables, plan_to_json
 from cosparse.tune.report import format_plan, plot_plan

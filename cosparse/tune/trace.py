@@ -37,7 +37,8 @@ def build_traces(cfg: Config, steps: int, progress: bool = True) -> list[Trace]:
     maps = [IdMap(expected=t.num_embeddings or 65536) for t in cfg.tables]
     batches: list[list[np.ndarray]] = [[] for _ in cfg.tables]
     total = min(steps, reader.num_batches)
-    stream = BatchStream(reader, cfg.data.workers, cfg.data.queue_depth)
+    stream = BatchStream(reader, cfg.data.workers, cfg.data.queue_depth,
+                         preload=("cosparse.features.preload",))
     try:
         bar = tqdm(total=total, desc="replay", unit="batch", file=sys.stderr, disable=not progress)
         for n, batch in enumerate(stream):

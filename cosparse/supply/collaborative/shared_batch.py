@@ -11,30 +11,13 @@ from __future__ import annotations
 
 import mmap
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from cosparse.owner import owner_tag
-
 _ALIGN = 64
 
 Layout = list[tuple[str, str, tuple[int, ...], int]]  # (name, dtype, shape, offset)
-
-
-def shared_base() -> str:
-    """Where shared-memory files go: ``/dev/shm`` where there is one, else the temp dir."""
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        return "/dev/shm"
-    return tempfile.gettempdir()
-
-
-def shared_dir(prefix: str = "cosparse-") -> str:
-    """A new private directory in shared memory, named ``<prefix><owner tag>-<random>``: the
-    trainer removes it when it closes, and if it dies first, the next run sweeps it
-    (``cosparse.owner``)."""
-    return tempfile.mkdtemp(prefix=f"{prefix}{owner_tag()}-", dir=shared_base())
 
 
 def write_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> tuple[Layout, int]:

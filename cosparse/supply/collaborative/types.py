@@ -13,7 +13,6 @@ class DeliveredRows:
 
     ids: np.ndarray  # int64 [n], sorted, unique
     rows: np.ndarray  # float32 [n, dim + state]
-    versions: np.ndarray  # int64 [n], the row's version on its shard (-1: not created yet)
     counters: np.ndarray  # int64 [num_shards], each shard's write counter at pull (-1: not asked)
 
     @property
@@ -28,7 +27,6 @@ class Delivery:
     rows: dict[str, DeliveredRows] = field(default_factory=dict)
     worker_ps_bytes: int = 0  # bytes the worker moved on its PS link for this batch
     worker_pid: int = 0
-    filter_seq: int = 0
 
 
 @dataclass

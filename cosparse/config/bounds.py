@@ -4,7 +4,7 @@
 outside it (or a NaN, an infinity, an integer beyond int64) is a configuration error naming the
 dotted key. Every numeric field of the config has an entry; a test keeps it that way, so a new
 field cannot skip validation. Cross-field rules (``init.low <= init.high``, DLRM's layer widths)
-stay in ``config.validate``.
+are in each section's validator, next to its dataclass.
 """
 
 from __future__ import annotations

@@ -1,0 +1,568 @@
+"""What the benchmarks share: the workload, the worker-process protocol and the machine info.
+
+The workload (TorchRec's own DLRM CPU workload, called "the foundation workload" elsewhere):
+``Workload.tables`` tables of ``rows`` x ``dim`` fp32, one feature each, sum pooling. IDs follow a
+finite Zipf(``alpha``) over [0, rows) by inverse CDF, then a fixed per-table random permutation (the
+hot rows are scattered); they are raw int64. Bags are uniform 1..``max_bag``; ``NUM_DENSE`` dense
+features ~ N(0, 1); Bernoulli(0.5) labels. The model is a DLRM with the bottom MLP
+NUM_DENSE-BOTTOM-dim and the top MLP TOP; row-wise Adagrad (lr, eps) trains the rows and Adagrad (lr)
+the dense part. ``make_batches`` generates every batch from ``seed`` before anything is timed.
+
+The worker-process protocol: each contender runs in its own process. ``Worker`` is the parent's
+handle on one, ``serve`` the loop in the worker. A worker builds its data and its model once, then
+answers one JSON line per command. The parent alternates the contenders round by round
+(``rotation``), so noise on a shared machine hits all of them.
+
+Run a benchmark from the repository root as a module: ``.venv/bin/python -m benchmarks.bench_ps``.
+At module level this file imports only the standard library and numpy (torch, numba and cosparse
+inside the functions that use them), because benchmarks/peer_torchrec.py imports it in .venv-peers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+NUM_DENSE = 13
+BOTTOM = [512, 256]  # + [dim]
+TOP = [512, 256, 1]
+HZ = os.sysconf("SC_CLK_TCK")
+
+Batch = dict[str, np.ndarray]  # values int64 (feature-major), lengths int64 [F*B], dense, labels
+
+
+# ----------------------------------------------------------------------------------- workload
+@dataclasses.dataclass
+class Workload:
+    """The data and the model sizes. Each benchmark's config extends it with its own knobs."""
+
+    tables: int = 8
+    rows: int = 1_000_000
+    dim: int = 64
+    batch: int = 4096
+    alpha: float = 1.05
+    max_bag: int = 20
+    lr: float = 0.01
+    eps: float = 1e-8
+    seed: int = 1234
+
+    @property
+    def features(self) -> list[str]:
+        return [f"f{i}" for i in range(self.tables)]
+
+
+def make_batches(w: Workload, n: int) -> list[Batch]:
+    """``n`` pre-generated raw batches. One generator stream from ``w.seed``, so the first ``k``
+    batches are the same whatever ``n``."""
+    rng = np.random.default_rng(w.seed)
+    p = np.arange(1, w.rows + 1, dtype=np.float64) ** (-w.alpha)
+    cdf = np.cumsum(p)
+    cdf /= cdf[-1]
+    perms = [rng.permutation(w.rows).astype(np.int64) for _ in range(w.tables)]
+    out = []
+    for _ in range(n):
+        lens, ids = [], []
+        for f in range(w.tables):
+            ln = rng.integers(1, w.max_bag + 1, size=w.batch, dtype=np.int64)
+            ranks = np.searchsorted(cdf, rng.random(int(ln.sum())), side="right")
+            np.minimum(ranks, w.rows - 1, out=ranks)
+            lens.append(ln)
+            ids.append(perms[f][ranks])
+        out.append({
+            "values": np.concatenate(ids),
+            "lengths": np.concatenate(lens),
+            "dense": rng.standard_normal((w.batch, NUM_DENSE), dtype=np.float32),
+            "labels": (rng.random(w.batch) < 0.5).astype(np.float32),
+        })
+    return out
+
+
+def data_checksum(raw: list[Batch]) -> str:
+    """Cheap fingerprint, so that the parent can check that every worker has the same batches."""
+    s = sum(int(b["values"].sum() % (1 << 61)) + int(b["lengths"].sum()) for b in raw)
+    return f"{len(raw)}:{s % (1 << 61)}:{float(raw[-1]['dense'].sum()):.6f}"
+
+
+def ids_per_batch(raw: list[Batch]) -> float:
+    return float(np.mean([b["values"].shape[0] for b in raw]))
+
+
+def save_batches(raw: list[Batch], path: Path) -> None:
+    """One file for the workers to load, so that the parent generates the batches once."""
+    voff = np.zeros(len(raw) + 1, dtype=np.int64)
+    np.cumsum([b["values"].shape[0] for b in raw], out=voff[1:])
+    np.savez(path, values=np.concatenate([b["values"] for b in raw]), voff=voff,
+             lengths=np.stack([b["lengths"] for b in raw]), dense=np.stack([b["dense"] for b in raw]),
+             labels=np.stack([b["labels"] for b in raw]))
+
+
+def load_batches(path: Path) -> list[Batch]:
+    z = np.load(path)
+    values, voff = z["values"], z["voff"]
+    lengths, dense, labels = z["lengths"], z["dense"], z["labels"]
+    return [{"values": values[voff[i]:voff[i + 1]], "lengths": lengths[i], "dense": dense[i],
+             "labels": labels[i]} for i in range(voff.shape[0] - 1)]
+
+
+def sparse_batches(w: Workload, raw: list[Batch]) -> list[Any]:
+    """cosparse's input: one ``SparseBatch`` per batch, its offsets already computed (cached), like
+    the offsets the other contenders get precomputed."""
+    import torch
+
+    from cosparse.batch import SparseBatch
+
+    feats = w.features
+    out = []
+    for i, b in enumerate(raw):
+        sb = SparseBatch(list(feats), torch.from_numpy(b["values"]), torch.from_numpy(b["lengths"]),
+                         torch.from_numpy(b["dense"]), torch.from_numpy(b["labels"]), index=i)
+        _ = sb.offsets
+        out.append(sb)
+    return out
+
+
+def table_configs(w: Workload) -> list[Any]:
+    """cosparse's tables: table ``t{i}`` holds feature ``f{i}``, sum pooling, row-wise Adagrad."""
+    from cosparse.config import OptimizerConfig, TableConfig
+
+    return [
+        TableConfig(name=f"t{i}", dim=w.dim, features=[f"f{i}"], pooling="sum",
+                    optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=w.lr, eps=w.eps),
+                    num_embeddings=w.rows)
+        for i in range(w.tables)
+    ]
+
+
+def cosparse_dlrm(ec: Any, w: Workload) -> tuple[Any, Any]:
+    """cosparse's DLRM over ``ec`` in train mode, and Adagrad over its parameters."""
+    import torch
+
+    from cosparse.nn.models import DLRM
+
+    model = DLRM(ec, NUM_DENSE, bottom=[*BOTTOM, w.dim], top=list(TOP))
+    model.train()
+    return model, torch.optim.Adagrad(model.parameters(), lr=w.lr)
+
+
+def train_step(model: Any, opt: Any, ec: Any, p: Any) -> Any:
+    """One step as the trainer takes it: forward, BCE, backward, dense step, the rows' optimizer.
+    Returns the loss tensor."""
+    import torch.nn.functional as F
+
+    opt.zero_grad(set_to_none=True)
+    if p.slots is None:  # prepared but not planned (no prefetch thread plans it): plan it here
+        ec.stage(p, blocking=False)
+    logits = model(p)
+    loss = F.binary_cross_entropy_with_logits(logits, p.batch.labels)
+    loss.backward()
+    opt.step()
+    ec.apply_gradients()
+    return loss
+
+
+def upstream_grads(w: Workload) -> list[Any]:
+    """The fixed random upstream gradient of each pooled output (the same in every worker)."""
+    import torch
+
+    g = torch.Generator().manual_seed(w.seed + 1)
+    return [torch.randn(w.batch, w.dim, generator=g) * 1e-3 for _ in range(w.tables)]
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op threads (0: torch's default)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def set_numba_threads(threads: int) -> None:
+    """numba's threads (0: numba's default), at most what the process started with."""
+    import numba
+
+    if threads:
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+
+
+class GatedSource:
+    """Batches for one long-lived ``Prefetcher``, handed out only as far as ``allow`` says.
+
+    Between rounds, while the other contenders are timed, the prefetch thread then does no work,
+    and every timed round does the work of steady-state training.
+    """
+
+    def __init__(self, batches: list[Any]) -> None:
+        self.batches = batches
+        self.cond = threading.Condition()
+        self.allowed = -1  # batches with index <= allowed may be read
+        self.stopped = False
+
+    def __iter__(self) -> Iterator[Any]:
+        for i, sb in enumerate(self.batches):
+            with self.cond:
+                while self.allowed < i and not self.stopped:
+                    self.cond.wait(0.1)
+                if self.stopped:
+                    return
+            yield sb
+
+    def allow(self, last: int) -> None:
+        with self.cond:
+            self.allowed = last
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+# ------------------------------------------------------------------------- process measurement
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def process_stats(info: dict[str, Any]) -> dict[str, Any]:
+    """A worker's reply to "stats": its peak and current RSS, and ``info`` from its contender."""
+    return {"peak_rss_mb": round(peak_rss_mb()), "rss_mb": round(rss_mb()), "info": info}
+
+
+def cpu_s() -> float:
+    """This process's CPU time (user + system), its threads included."""
+    t = os.times()
+    return t.user + t.system
+
+
+def busy_s() -> float:
+    """CPU seconds the whole machine has been busy (user nice system irq softirq, /proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / HZ
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of one process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / HZ
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def proc_hwm_mb(pid: int) -> float:
+    """Peak RSS of one process."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("nan")
+
+
+def engine_fingerprint(import_first: Iterable[str] = ()) -> str:
+    """Hash of every engine source file (others edit cosparse/ concurrently). A process takes it
+    at its start and later on: a file changed in between would make the processes of one run run
+    different code. ``import_first``: modules to import before hashing, so that the code this
+    process runs later is the code hashed."""
+    for m in import_first:
+        importlib.import_module(m)
+    root = REPO / "cosparse"
+    h = hashlib.sha1()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------- statistics
+def median(xs: Iterable[float]) -> float:
+    xs = list(xs)
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def pct(xs: Iterable[float], q: float) -> float:
+    """The ``q`` quantile, nearest rank."""
+    s = sorted(xs)
+    return s[int(round(q * (len(s) - 1)))] if s else float("nan")
+
+
+def spread(xs: list[float]) -> dict[str, Any]:
+    """Median, min, max, p25, p75 and the values themselves (rounds)."""
+    return {"median": round(median(xs)), "min": round(min(xs)), "max": round(max(xs)),
+            "p25": round(pct(xs, 0.25)), "p75": round(pct(xs, 0.75)), "rounds": [round(x) for x in xs]}
+
+
+def step_ms(step_s: list[float]) -> dict[str, Any]:
+    """``step_ms_p50`` and ``step_ms_p10_p90`` of step times in seconds."""
+    return {"step_ms_p50": round(1e3 * median(step_s), 1),
+            "step_ms_p10_p90": [round(1e3 * pct(step_s, q), 1) for q in (0.1, 0.9)]}
+
+
+def median_by_key(dicts: list[dict[str, float]], ndigits: int = 2) -> dict[str, float]:
+    """Per key (sorted), the median over ``dicts`` (a missing key counts 0)."""
+    keys = sorted({k for d in dicts for k in d})
+    return {k: round(median(d.get(k, 0.0) for d in dicts), ndigits) for k in keys}
+
+
+# ------------------------------------------------------------------------ the worker protocol
+Handler = Callable[[Any, dict[str, Any]], dict[str, Any]]
+
+
+def serve(setup: Callable[[], tuple[Any, dict[str, Any]]], commands: dict[str, Handler]) -> None:
+    """The worker's loop: build the contender, then answer one JSON line per command on stdin.
+
+    ``setup()`` builds the contender (its data included) and returns it with the fields of the
+    "ready" message. ``commands[op](contender, cmd)`` answers ``{"cmd": op, ...}``; the reply gets
+    ``wall_s`` and ``cpu_s`` (this process's CPU time) of the call. ``quit`` closes the contender
+    (its ``close()``, when it has one) and answers ``bye``; the contender is also closed when stdin
+    ends and on SIGTERM. A failure is answered ``{"error": ...}``, its traceback on stderr (the
+    parent's log of this worker). Replies go to the original stdout; fd 1 is pointed at stderr so
+    that library prints cannot corrupt the protocol.
+    """
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    # a SIGTERM from the parent must still run the `finally` below (e.g. stop child processes)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    def send(msg: dict[str, Any]) -> None:
+        proto.write(json.dumps(msg) + "\n")
+        proto.flush()
+
+    def fail(e: BaseException) -> None:
+        import traceback
+
+        traceback.print_exc()
+        send({"error": f"{type(e).__name__}: {e}"})
+
+    c: Any = None
+    try:
+        try:
+            c, ready = setup()
+            send({"ready": True, **ready, "pid": os.getpid()})
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            fail(e)
+            return
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            try:
+                op = cmd["cmd"]
+                if op == "quit":
+                    _close(c)
+                    c = None
+                    send({"bye": True})
+                    return
+                if op not in commands:
+                    raise ValueError(f"unknown command {op!r}")
+                c0, w0 = cpu_s(), time.perf_counter()
+                res = commands[op](c, cmd)
+                res["wall_s"] = time.perf_counter() - w0
+                res["cpu_s"] = cpu_s() - c0
+                send(res)
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                fail(e)
+    finally:
+        _close(c)
+
+
+def _close(c: Any) -> None:
+    close = getattr(c, "close", None)
+    if close is not None:
+        close()
+
+
+class Worker:
+    """The parent's handle on one contender's process (``python -m module *args``), which runs
+    ``serve``. Its stderr goes to a log file that is shown when it fails."""
+
+    def __init__(self, name: str, module: str, args: list[str], env: dict[str, str],
+                 python: str = sys.executable) -> None:
+        self.name = name
+        self.log = tempfile.NamedTemporaryFile(
+            "w+", prefix=f"bench_{name}_", suffix=".log", delete=False
+        )
+        self.proc = subprocess.Popen(
+            [python, "-m", module, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.log, text=True, bufsize=1, env=env, cwd=str(REPO),
+        )
+        self.ready: dict[str, Any] = {}
+
+    def recv(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.name} exited (rc={self.proc.poll()}):\n{self.log_tail()}")
+        msg = json.loads(line)
+        if "error" in msg:
+            raise RuntimeError(f"worker {self.name} failed: {msg['error']}\n{self.log_tail()}")
+        return msg
+
+    def call(self, **cmd: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self.recv()
+
+    def call_busy(self, **cmd: Any) -> tuple[dict[str, Any], float]:
+        """``call``, and the CPU seconds the whole machine was busy meanwhile."""
+        b0 = busy_s()
+        r = self.call(**cmd)
+        return r, busy_s() - b0
+
+    def log_tail(self, n: int = 4000) -> str:
+        self.log.flush()
+        try:
+            return Path(self.log.name).read_text()[-n:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.call(cmd="quit")
+                self.proc.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """The workers' environment: OpenMP and numba limited to ``threads`` (0: their defaults)."""
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+        env["NUMBA_NUM_THREADS"] = str(threads)
+    return env
+
+
+def close_all(workers: dict[str, Worker]) -> None:
+    for w in workers.values():
+        w.close()
+
+
+def wait_ready(workers: dict[str, Worker], describe: Callable[[dict[str, Any]], str],
+               checksum: str | None = None) -> None:
+    """Receive every worker's "ready" message (the workers set up concurrently, untimed) and check
+    that they all hold the same data (``checksum``: the parent's)."""
+    for n, w in workers.items():
+        w.ready = w.recv()
+        if checksum is not None and w.ready["checksum"] != checksum:
+            raise RuntimeError(f"worker {n} loaded different data")
+        print(f"  {n}: ready ({describe(w.ready)})", flush=True)
+    sums = {n: w.ready["checksum"] for n, w in workers.items()}
+    if len(set(sums.values())) != 1:
+        raise RuntimeError(f"workers generated different data: {sums}")
+
+
+def rotation(names: Iterable[str], r: int) -> list[str]:
+    """Round ``r``'s order: the contenders with the start rotated by ``r``."""
+    names = list(names)
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+def other_cores(busy: float, r: dict[str, Any], own_s: float = 0.0) -> float:
+    """Cores other processes used during a call: the machine's busy CPU seconds (``call_busy``)
+    minus the worker's own (``r["cpu_s"]``, and ``own_s``: e.g. its children's), over its wall time.
+    Values near 1 mean another job held a core: a noise flag."""
+    return max(0.0, busy - r["cpu_s"] - own_s) / max(r["wall_s"], 1e-9)
+
+
+# -------------------------------------------------------------------------------- the machine
+def machine_info() -> dict[str, Any]:
+    def read(p: str) -> str:
+        try:
+            return Path(p).read_text().strip()
+        except OSError:
+            return "?"
+
+    cpu = "?"
+    for line in read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = read("/proc/meminfo").splitlines()[0].split()[1] if read("/proc/meminfo") != "?" else "0"
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gib": round(int(mem) / 2**20, 1),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "thp": read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "python": platform.python_version(),
+        "host": platform.node(),
+    }
+
+
+# ------------------------------------------------------------------------------ command line
+def add_run_args(ap: argparse.ArgumentParser, quick: str, tiny: str, **helps: str) -> None:
+    """The options every round-based benchmark has; ``helps`` overrides a help text by dest."""
+    h = {"steps": "timed train steps per contender per round",
+         "rounds": "alternating timed rounds",
+         "warmup": "untimed trained batches per contender before round 0", **helps}
+    ap.add_argument("--quick", action="store_true", help=quick)
+    ap.add_argument("--tiny", action="store_true", help=tiny)
+    ap.add_argument("--steps", type=int, help=h["steps"])
+    ap.add_argument("--rounds", type=int, help=h["rounds"])
+    ap.add_argument("--warmup", type=int, help=h["warmup"])
+    ap.add_argument("--threads", type=int, default=0, help="torch / numba threads (0: default)")
+    ap.add_argument("--tables", type=int)
+    ap.add_argument("--rows", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--config-json", help=argparse.SUPPRESS)
+
+
+def sized(cfg: Any, a: argparse.Namespace, quick: dict[str, Any], tiny: dict[str, Any],
+          overrides: Iterable[str]) -> Any:
+    """``cfg`` shrunk by --quick (``quick``) or --tiny (``quick``, then ``tiny``), then the options
+    named in ``overrides`` that were given."""
+    if a.quick or a.tiny:
+        cfg = dataclasses.replace(cfg, **quick)
+    if a.tiny:
+        cfg = dataclasses.replace(cfg, **tiny)
+    given = {k: getattr(a, k) for k in overrides if getattr(a, k) is not None}
+    return dataclasses.replace(cfg, **given)
+
+
+def write_json(path: str, out: dict[str, Any]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")

@@ -1,0 +1,100 @@
+"""The ``model`` section: the dense model (DLRM, DeepFM, DCN-v2 or DIN) and its optimizer, and
+its rules, which also cover the tables it reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from cosparse.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cosparse.config.root import Config
+
+
+@dataclass
+class DenseOptimizerConfig:
+    kind: Literal["adagrad", "sgd", "adam"] = "adagrad"
+    lr: float = 0.01
+
+
+@dataclass
+class DINConfig:
+    """DIN (Zhou et al. 2018): each ``pairs`` entry is [target feature, history feature]; the
+    pairs' targets form the query and their histories the keys of one attention unit."""
+
+    pairs: list[list[str]] = field(default_factory=list)
+    attention: list[int] = field(default_factory=lambda: [64, 32])
+    mlp: list[int] = field(default_factory=lambda: [128, 64])
+    normalize: Literal["none", "softmax"] = "none"  # none: the paper's unnormalised weights
+
+
+@dataclass
+class ModelConfig:
+    kind: Literal["dlrm", "deepfm", "dcn", "din"] = "dlrm"
+    bottom: list[int] = field(default_factory=lambda: [64, 16])
+    top: list[int] = field(default_factory=lambda: [64, 1])
+    deep: list[int] = field(default_factory=lambda: [64, 32])  # DeepFM / DCN-v2 deep tower
+    cross_layers: int = 2  # DCN-v2
+    cross_rank: int | None = None  # DCN-v2 low-rank cross; None = full matrix
+    din: DINConfig = field(default_factory=DINConfig)
+    dense_optimizer: DenseOptimizerConfig = field(default_factory=DenseOptimizerConfig)
+
+
+def validate_model(cfg: Config) -> None:
+    """The layer widths each model kind needs from the tables, then sequences and DIN."""
+    m = cfg.model
+    dims = {t.dim for t in cfg.tables}
+    if m.kind == "deepfm" and len(dims) > 1:
+        raise ConfigError(f"tables[*].dim: model.kind '{m.kind}' needs one dim, got {dims}")
+    if m.kind == "dlrm":
+        for name in ("bottom", "top"):
+            if not getattr(m, name):
+                raise ConfigError(f"model.{name}: DLRM needs one or more layer sizes")
+        if len(dims) > 1 or m.bottom[-1] != next(iter(dims)):
+            raise ConfigError(
+                f"model.bottom: DLRM's last bottom layer ({m.bottom[-1]}) must equal every "
+                f"table's dim ({sorted(dims)})"
+            )
+        if m.top[-1] != 1:
+            raise ConfigError("model.top: DLRM's top MLP must end in 1 logit")
+    if m.kind == "din":
+        _validate_din(cfg)
+        return
+    for i, t in enumerate(cfg.tables):
+        if t.pooling == "none":
+            raise ConfigError(f"tables[{i}].pooling: 'none' (unpooled sequences) needs a "
+                              f"sequence model (model.kind: din), not '{m.kind}'")
+
+
+def _validate_din(cfg: Config) -> None:
+    """model.din: its layers, and pairs of features that unpooled tables of one dim serve."""
+    d = cfg.model.din
+    if not d.pairs:
+        raise ConfigError("model.din.pairs: DIN needs at least one [target, history] pair")
+    if not d.attention:
+        raise ConfigError("model.din.attention: need one or more positive layer sizes")
+    if not d.mlp:
+        raise ConfigError("model.din.mlp: need one or more positive layer sizes")
+    table_of = {f: (i, t) for i, t in enumerate(cfg.tables) for f in t.features}
+    seen: set[str] = set()
+    for j, pair in enumerate(d.pairs):
+        key = f"model.din.pairs[{j}]"
+        if len(pair) != 2:
+            raise ConfigError(f"{key}: expected [target feature, history feature], got {pair}")
+        for f in pair:
+            if f in seen:
+                raise ConfigError(f"{key}: feature '{f}' appears in more than one place")
+            seen.add(f)
+        if cfg.features.spec:
+            continue  # the tables' features come from the spec later
+        for f in pair:
+            if f not in table_of:
+                raise ConfigError(f"{key}: feature '{f}' is not served by any table")
+        (_, target), (hi, hist) = table_of[pair[0]], table_of[pair[1]]
+        if hist.pooling != "none":
+            raise ConfigError(f"tables[{hi}].pooling: history feature '{pair[1]}' must come from "
+                              f"an unpooled table (pooling: none), not '{hist.pooling}'")
+        if target.dim != hist.dim:
+            raise ConfigError(f"{key}: target '{pair[0]}' (dim {target.dim}) and history "
+                              f"'{pair[1]}' (dim {hist.dim}) need one dim")

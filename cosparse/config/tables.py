@@ -1,0 +1,73 @@
+"""The ``tables`` section: each embedding table's features, rows, optimizer and initial values,
+and its rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from cosparse.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cosparse.config.root import Config
+
+
+@dataclass
+class OptimizerConfig:
+    kind: Literal["sgd", "adagrad", "rowwise_adagrad", "adam"] = "rowwise_adagrad"
+    lr: float = 0.01
+    eps: float = 1e-8
+    beta1: float = 0.9
+    beta2: float = 0.999
+    initial_accumulator: float = 0.0
+
+
+@dataclass
+class InitConfig:
+    kind: Literal["uniform", "normal"] = "uniform"
+    low: float = -0.05
+    high: float = 0.05
+    std: float = 0.01
+
+
+@dataclass
+class TableConfig:
+    name: str = ""
+    dim: int = 16
+    features: list[str] = field(default_factory=list)
+    pooling: Literal["sum", "mean", "none"] = "sum"  # none: every ID its own row (sequences)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    init: InitConfig = field(default_factory=InitConfig)
+    seed: int = 0
+    # expected rows of an all-resident table: sizes its first allocation (tiers and the PS size
+    # themselves; validate_store refuses it there)
+    num_embeddings: int | None = None
+    hash_size: int | None = None  # only when set: IDs are taken modulo this (fixed-size table)
+    policy: Literal["lru", "lfu", "hotness"] | None = None  # overrides store.device.policy
+
+
+def validate_tables(cfg: Config) -> None:
+    """One table at least, each named once, with features (or a spec that gives them), every
+    feature served by one table, and ``init.low <= init.high``."""
+    if not cfg.tables:
+        raise ConfigError("tables: at least one table is needed")
+    seen_tables: set[str] = set()
+    seen_features: dict[str, str] = {}
+    for i, t in enumerate(cfg.tables):
+        k = f"tables[{i}]"
+        if not t.name:
+            raise ConfigError(f"{k}.name: every table needs a name")
+        if t.name in seen_tables:
+            raise ConfigError(f"{k}.name: table '{t.name}' is declared twice")
+        seen_tables.add(t.name)
+        if not t.features and not cfg.features.spec:  # a spec fills them from its consumer
+            raise ConfigError(f"{k}.features: table '{t.name}' has no features")
+        for f in t.features:
+            if f in seen_features:
+                raise ConfigError(
+                    f"{k}.features: feature '{f}' is already served by table '{seen_features[f]}'"
+                )
+            seen_features[f] = t.name
+        if t.init.low > t.init.high:
+            raise ConfigError(f"{k}.init.low: {t.init.low} is above {k}.init.high "
+                              f"({t.init.high})")

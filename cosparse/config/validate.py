@@ -1,0 +1,46 @@
+"""``validate``: every numeric value in its range (``bounds.py``), then each section's rules, in
+order. Raises ``ConfigError`` naming the dotted key."""
+
+from __future__ import annotations
+
+from cosparse.config.bounds import first_violation
+from cosparse.config.data import validate_data
+from cosparse.config.errors import ConfigError
+from cosparse.config.model import validate_model
+from cosparse.config.models import model_config, validate_models
+from cosparse.config.root import Config
+from cosparse.config.store import validate_remote, validate_store
+from cosparse.config.supply import validate_supply
+from cosparse.config.tables import validate_tables
+from cosparse.config.train import validate_train
+
+# the rules of one model's run, in the order they are checked (validate_supply relies on the
+# tiers validate_store has read, validate_remote on the path validate_supply has accepted)
+_MODEL_RULES = (validate_tables, validate_train, validate_store, validate_supply,
+                validate_remote, validate_model)
+
+
+def validate(cfg: Config) -> Config:
+    """Range and cross-field checks. Raises ConfigError naming the offending key."""
+    violation = first_violation(cfg)
+    if violation is not None:
+        raise ConfigError(violation)
+    validate_data(cfg)
+    if not cfg.models:
+        _validate_one(cfg)
+        return cfg
+    validate_models(cfg)
+    for i in range(len(cfg.models)):
+        try:
+            _validate_one(model_config(cfg, i))
+        except ConfigError as err:
+            text = str(err)
+            if text.startswith(("tables", "model")):
+                text = f"models[{i}].{text}"
+            raise ConfigError(text) from None
+    return cfg
+
+
+def _validate_one(cfg: Config) -> None:
+    for rule in _MODEL_RULES:
+        rule(cfg)

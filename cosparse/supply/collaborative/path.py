@@ -1,0 +1,136 @@
+"""CollaborativePath (``supply.path: collaborative``, architecture B): the tiers of this process
+over the PS, with the data workers bringing each batch's cold rows over their own PS links.
+
+It owns the PS connection, the shared-memory directory (resident filter and shared batches),
+the trainer side of the supply (``CollaborativeSupply``: filter publisher, delivered-row
+bookkeeping) and the codec the data workers run. When the workers' rows fail (a worker's PS
+link, too many stale rows, a stalled publisher), ``fall_back`` switches to the trainer's own
+pulls when ``supply.fallback`` allows it, keeping the tiers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from typing import Any
+
+from cosparse.store.types import DeliveryHook, TablePlacement
+from cosparse.supply.collaborative.resident_filter import FilterLayout
+from cosparse.supply.collaborative.supply import CollaborativeSupply, DeliveredSource, SupplyFailure
+from cosparse.supply.collaborative.types import Delivery, SupplyCounters
+from cosparse.supply.collaborative.worker import (
+    CollaborativeCodec,
+    DeliveryError,
+    TableKeys,
+    WorkerPS,
+)
+from cosparse.supply.collaborative.writeback_log import LoggedRemote
+from cosparse.supply.placements import tiered_tables
+from cosparse.supply.ps_paths import PSPath
+from cosparse.supply.shared_memory import shared_dir
+
+
+class CollaborativePath(PSPath):
+    """Architecture B, falling back to the trainer's own pulls when allowed."""
+
+    name = "collaborative"
+    role = "supply collaborative (workers deliver cold rows)"
+    stream_errors = (DeliveryError,)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.supply: CollaborativeSupply | None = None
+        self._codec: CollaborativeCodec | None = None
+        self._shm_dir: str | None = None
+        self.fallbacks: list[str] = []
+        self.counters_b = SupplyCounters()  # across fallbacks and shard restarts
+        self.delivering_pids: set[int] = set()  # worker processes whose PS pulls delivered rows
+
+    def placements(self) -> dict[str, TablePlacement]:
+        assert self.ps.client is not None and self.plans is not None
+        live = not self.fallbacks
+        remote = LoggedRemote(self.ps.client) if live else self.ps.client
+        tables = tiered_tables(self.cfg.tables, self.ctx.device, self.plans, remote)
+        if live:
+            self._start_supply(tables, remote)  # type: ignore[arg-type]
+        return tables
+
+    def _start_supply(self, tables: dict[str, TablePlacement], remote: LoggedRemote) -> None:
+        """Publish the resident filter, and have the data workers bring the rows it does not
+        hold over their own PS connections."""
+        cfg, sp = self.cfg, self.cfg.supply
+        self._stop_supply()
+        if self._shm_dir is None:
+            self._shm_dir = shared_dir("cosparse-b-")
+        assert self.plans is not None and self.ps.client is not None
+        capacity = {n: p.device_rows + (p.host_rows or 0) for n, p in self.plans.items()}
+        layout = FilterLayout.sized(os.path.join(self._shm_dir, "resident.filter"), capacity,
+                                    sp.filter_bits_per_row)
+        self.supply = CollaborativeSupply(tables, remote, layout, sp.publish_every,  # type: ignore[arg-type]
+                                          sp.publish_timeout_s, sp.max_stale_rate, self.counters_b)
+        keys = [TableKeys(t.name, tuple(t.features), t.hash_size, t.pooling) for t in cfg.tables]
+        r = cfg.store.remote
+        ps = WorkerPS(tuple(self.ps.client.endpoints), r.timeout_s, r.heartbeat_s, r.auth_key,
+                      self.ctx.links.worker_ps)
+        self._codec = CollaborativeCodec(self.ctx.train_reader, keys, ps, layout, self._shm_dir)
+
+    def _stop_supply(self) -> None:
+        if self.supply is not None:
+            self.supply.close()
+            self.supply = None
+        self._codec = None
+
+    # --- the workers' rows ----------------------------------------------------------------
+    @property
+    def delivery(self) -> DeliveryHook | None:
+        return self if self.supply is not None else None
+
+    @property
+    def codec(self) -> CollaborativeCodec | None:
+        return self._codec
+
+    def sources(self, delivery: object) -> dict[str, DeliveredSource] | None:
+        if self.supply is None or not isinstance(delivery, Delivery):
+            return None
+        self.delivering_pids.add(delivery.worker_pid)
+        return self.supply.sources(delivery)
+
+    def settle(self, sources: Mapping[str, Any]) -> None:
+        if self.supply is not None:
+            self.supply.settle(sources)
+
+    def on_step(self, step: int) -> None:
+        if self.supply is not None:
+            self.supply.on_step(step)
+
+    def health(self) -> str | None:
+        return self.supply.health() if self.supply is not None else None
+
+    def fall_back(self, reason: str, step: int) -> None:
+        """Go on with the trainer's own pulls (``supply.fallback: ps-direct``), keeping the
+        tiers: the batches not yet trained are planned again from the PS. Without it, raise."""
+        if self.cfg.supply.fallback is None:
+            raise SupplyFailure(f"{reason} (set supply.fallback: ps-direct to go on without the "
+                                "workers' rows)")
+        self.fallbacks.append(reason)
+        self._stop_supply()
+        self.ctx.log(f"supply: falling back to ps-direct at step {step}: {reason}")
+
+    # --- metrics and lifetime -------------------------------------------------------------
+    def counters(self) -> dict[str, float]:
+        c = self.counters_b
+        return {**super().counters(), "bytes.worker_ps": c.worker_ps_bytes,
+                "wasted_bytes.worker_ps": c.wasted_bytes, "stale_drops": c.stale_drops,
+                "delivered_rows": c.delivered_rows, "delivered_rows_used": c.used_rows,
+                "filter_publishes": c.publishes}
+
+    def gauges(self) -> dict[str, float]:
+        return {**super().gauges(), "fallbacks": len(self.fallbacks)}
+
+    def close(self) -> None:
+        self._stop_supply()
+        if self._shm_dir is not None:
+            shutil.rmtree(self._shm_dir, ignore_errors=True)
+            self._shm_dir = None
+        super().close()

@@ -1,0 +1,170 @@
+"""PSConnection: the PS shards a supply path uses, and everything about them.
+
+It starts embedded ``cosparse ps serve`` processes (in ``store.remote.data_dir``, or a temporary
+directory removed at close) or reaches external shards (listed, or found through a TCPStore),
+and holds the client. It takes the shards' snapshots for a checkpoint, prunes the ones no
+checkpoint names, restarts embedded shards from a checkpoint's snapshots (or checks that
+external ones were), refuses to start a fresh run on an earlier run's snapshots, and counts
+every byte on the trainer's sockets across restarts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cosparse.config import Config, ConfigError
+from cosparse.owner import owner_tag
+from cosparse.ps import EmbeddedShards, PSClient, snapshots
+from cosparse.ps.discovery import discover, store_address_from_env
+from cosparse.supply.leftovers import earlier_snapshots, stale_snapshots_error
+from cosparse.supply.types import PathContext, SnapshotMismatch
+
+_COUNTED = ("bytes_pull", "bytes_push", "requests", "wait_s")
+
+
+class PSConnection:
+    """The shards of one run and the trainer's client to them."""
+
+    def __init__(self, cfg: Config, ctx: PathContext) -> None:
+        self.cfg, self.ctx = cfg, ctx
+        self.shards: EmbeddedShards | None = None
+        self.client: PSClient | None = None
+        self._tmp: str | None = None
+        self.earlier: dict[str, str] = {}  # an earlier run's snapshots: refused unless resumed
+        self._base = dict.fromkeys(_COUNTED, 0.0)  # counters of clients a restore replaced
+
+    def start(self, restore: list[str] | None = None) -> None:
+        """Start the embedded shards (from the snapshots ``restore`` names) or reach external
+        ones; on failure everything started is stopped again."""
+        remote = self.cfg.store.remote
+        try:
+            if remote.embedded:
+                data_dir = remote.data_dir
+                if data_dir is None:
+                    if self._tmp is None:
+                        self._tmp = tempfile.mkdtemp(prefix=f"cosparse-ps-{owner_tag()}-")
+                    data_dir = self._tmp
+                if restore is None:
+                    self.earlier = earlier_snapshots(self.cfg)
+                self.shards = EmbeddedShards(remote.num_shards, self.cfg.tables, data_dir,
+                                             auth_key_file=remote.auth_key, restore=restore,
+                                             max_rows=remote.max_rows)
+                self.client = self.shards.client(remote.timeout_s, remote.heartbeat_s,
+                                                 self.ctx.links.trainer_ps)
+                return
+            endpoints = remote.endpoints
+            if remote.discovery == "tcpstore":
+                address = remote.tcpstore or store_address_from_env()
+                if address is None:
+                    raise ConfigError("store.remote.tcpstore: not set and MASTER_ADDR/"
+                                      "MASTER_PORT are not in the environment (not torchrun)")
+                endpoints = discover(address, remote.num_shards, remote.timeout_s)
+            self.client = PSClient(endpoints, remote.timeout_s, remote.heartbeat_s,
+                                   auth_key=remote.auth_key, link=self.ctx.links.trainer_ps)
+            self.client.register(self.cfg.tables)
+        except BaseException:
+            self.close()
+            raise
+
+    def describe(self, role: str) -> str:
+        assert self.client is not None
+        remote = self.cfg.store.remote
+        where = (f"{remote.num_shards} embedded shards" if remote.embedded
+                 else f"{self.client.num_shards} shards")
+        return f"{role}: {where} at {', '.join(self.client.endpoints)}"
+
+    # --- checkpoints ----------------------------------------------------------------------
+    @property
+    def durable(self) -> bool:
+        """The shards keep their snapshots where a later run finds them (not a temporary dir)."""
+        remote = self.cfg.store.remote
+        return self.client is not None and (not remote.embedded or remote.data_dir is not None)
+
+    def refuse_stale(self) -> None:
+        if self.earlier:  # not resumed from them: this run would train on old rows
+            raise stale_snapshots_error(self.cfg, self.earlier)
+
+    def snapshot(self, full: bool) -> dict[str, Any]:
+        """Every shard snapshots its rows (incremental unless ``full``, when the config asks for
+        incremental ones); returns what the checkpoint records."""
+        assert self.client is not None
+        incremental = self.cfg.train.checkpoint.incremental and not full
+        names = self.client.snapshot(incremental=incremental)
+        n = self.client.num_shards
+        return {"num_shards": n, "snapshots": [names[i] for i in range(n)]}
+
+    def prune(self, metas: list[dict[str, Any]]) -> None:
+        """Keep the snapshots that ``metas`` (the checkpoints on disk) name, each with the chain
+        it needs, and the shards' newest; remove the others. Embedded shards only."""
+        if self.shards is None or not self.durable:
+            return
+        keep: list[set[str]] = [set() for _ in range(self.shards.num_shards)]
+        for meta in metas:
+            for i, name in enumerate((meta.get("snapshots") or [])[: len(keep)]):
+                keep[i].add(name)
+        for i, names in enumerate(keep):
+            snapshots.prune(self.shards.data_dir / f"shard-{i}", names)
+
+    def restore(self, meta: dict[str, Any]) -> bool:
+        """Bring the PS to the snapshots ``meta`` names: restart embedded shards from them
+        (True: the client is new), or check that external shards were restarted from them."""
+        remote, names = self.cfg.store.remote, meta["snapshots"]
+        assert self.client is not None
+        have = remote.num_shards if remote.embedded else self.client.num_shards
+        if len(names) != have:
+            raise SnapshotMismatch(f"checkpoint was taken with {len(names)} PS shards, the "
+                                   "config has a different number (store.remote)")
+        if not remote.embedded:
+            for i, st in enumerate(self.client.stats()):
+                if st.get("last_snapshot") != names[i]:
+                    raise SnapshotMismatch(
+                        f"PS shard {i} at {self.client.endpoints[i]} holds snapshot "
+                        f"{st.get('last_snapshot')!r}; this checkpoint needs {names[i]!r}: "
+                        f"restart it with `cosparse ps serve ... --restore {names[i]}`")
+            return False
+        self.earlier = {}  # the run they belong to goes on
+        self._stop_shards()
+        self.start(restore=names)
+        return True
+
+    # --- metrics and lifetime -------------------------------------------------------------
+    def counters(self) -> dict[str, float]:
+        """Bytes, requests and waits on the trainer's PS sockets since the run started."""
+        c = self.client.counters if self.client is not None else None
+        now = {k: self._base[k] + (getattr(c, k) if c is not None else 0) for k in _COUNTED}
+        return {"bytes.trainer_ps.pull": now["bytes_pull"],
+                "bytes.trainer_ps.push": now["bytes_push"],
+                "ps.requests": now["requests"], "ps.wait_ms": now["wait_s"] * 1e3}
+
+    def gauges(self) -> dict[str, float]:
+        """The shards' own figures (one small request per shard)."""
+        if self.client is None:
+            return {}
+        stats = self.client.stats()
+        return {"ps.queue_depth_max": max(int(st.get("max_queue_depth", 0)) for st in stats),
+                "ps.busy_s": sum(float(st.get("busy_s", 0.0)) for st in stats)}
+
+    def _stop_shards(self) -> None:
+        if self.client is not None:
+            for k in _COUNTED:
+                self._base[k] += getattr(self.client.counters, k)
+            self.client.close()
+            self.client = None
+        if self.shards is not None:
+            self.shards.close()
+            self.shards = None
+
+    def close(self) -> None:
+        """Stop the shards this connection started and remove their temporary directory (safe
+        to call twice)."""
+        self._stop_shards()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    @property
+    def data_dir(self) -> Path | None:
+        return self.shards.data_dir if self.shards is not None else None

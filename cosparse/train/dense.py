@@ -1,0 +1,25 @@
+"""The dense side of a run: the device it computes on and the dense parameters' optimizer."""
+
+from __future__ import annotations
+
+import torch
+
+from cosparse.config import Config, ConfigError
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: 'cuda' requested but no CUDA device is available")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def make_dense_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
+    """The dense parameters' optimizer; an unknown ``model.dense_optimizer.kind`` is refused."""
+    o = cfg.model.dense_optimizer
+    kinds = {"adagrad": torch.optim.Adagrad, "sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+    if o.kind not in kinds:
+        raise ConfigError(f"model.dense_optimizer.kind: {o.kind!r} is not one of "
+                          f"{', '.join(map(repr, kinds))}")
+    return kinds[o.kind](params, lr=o.lr)
