@@ -29,7 +29,8 @@ class SparseBatch:
     dense_keys: names of the ``dense`` columns, when the source names them (the feature platform).
     features_computed: feature computations the extractor ran to build this batch (0: no platform).
     build_ms: time the reader took to build this batch (parse and featurize), wherever it ran.
-    prepared_ids: per table, the ID work a data worker already did (``TableIds``), or None.
+    prepared_ids: per table, the ID work a data worker already did (``TableIds``), or None; such
+             a batch's ID columns hold each table's row keys (its IDs after ``hash_size``).
     """
 
     keys: list[str]

@@ -253,3 +253,24 @@ def test_a_checkpoint_resumes_under_the_other_architecture(first, second, durabl
     finally:
         t2.close()
     assert first_difference(got, _reference()) is None
+
+
+def test_the_trainer_uses_the_workers_dedup(monkeypatch):
+    """B's ID prep happens once, in the data workers: the trainer dedups no training batch itself
+    (it builds only the transposed index from the worker's unique IDs and inverse index). The
+    run stays bit-identical (the exactness cells check that in full)."""
+    import cosparse.nn.embedding as embedding
+
+    calls = []
+    real = embedding.table_ids
+    monkeypatch.setattr(embedding, "table_ids", lambda *a: calls.append(1) or real(*a))
+    cfg = validate(_config(workers=2))
+    cfg.train.steps = 20
+    t = Trainer(cfg, log=lambda m: None)
+    calls.clear()  # (sizing the tiers at start-up preps a few probe batches itself)
+    try:
+        t.run(evaluate=False)
+        assert t.state.step == 20 and t.path.delivering_pids
+        assert calls == [], f"the trainer deduped {len(calls)} tables of training batches"
+    finally:
+        t.close()

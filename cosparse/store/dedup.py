@@ -57,14 +57,21 @@ class Deduper:
 
     def prepare(self, ids: np.ndarray, offsets: np.ndarray, mean: bool) -> TableIds:
         unique, inverse = self.unique(ids)
-        u = unique.shape[0]
-        n = inverse.shape[0]
-        t_offsets = np.empty(u + 1, dtype=np.int64)
-        t_bags = np.empty(n, dtype=np.int64)
-        t_weights = np.empty(n, dtype=np.float32)
-        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        kernels.transpose_bags(inverse, offsets, u, mean, t_offsets, t_bags, t_weights)
-        return TableIds(unique, inverse, offsets, t_offsets, t_bags, t_weights)
+        return with_bags(unique, inverse, offsets, mean)
+
+
+def with_bags(unique: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, mean: bool
+              ) -> TableIds:
+    """The ID work from a dedup's ``unique`` and ``inverse`` and the bag ``offsets``: the
+    transposed bag index that the pooled lookup's backward uses."""
+    u, n = unique.shape[0], inverse.shape[0]
+    t_offsets = np.empty(u + 1, dtype=np.int64)
+    t_bags = np.empty(n, dtype=np.int64)
+    t_weights = np.empty(n, dtype=np.float32)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    inverse = np.ascontiguousarray(inverse, dtype=np.int64)
+    kernels.transpose_bags(inverse, offsets, u, mean, t_offsets, t_bags, t_weights)
+    return TableIds(unique, inverse, offsets, t_offsets, t_bags, t_weights)
 
 
 def map_ids(ids: np.ndarray, hash_size: int | None) -> np.ndarray:
@@ -72,22 +79,34 @@ def map_ids(ids: np.ndarray, hash_size: int | None) -> np.ndarray:
     return ids if hash_size is None else np.remainder(ids, hash_size)
 
 
-def table_ids(batch: SparseBatch, features: list[str] | tuple[str, ...], hash_size: int | None,
-              pooling: str, deduper: Deduper) -> TableIds:
-    """The ID work of one table (``features``, in order) for ``batch``. With ``pooling: none``
-    every ID is its own bag, so rows come back one per ID."""
+def bag_offsets(lengths: np.ndarray, n_ids: int, pooling: str) -> np.ndarray:
+    """Bag offsets of a table's IDs from the bag ``lengths`` of its features, in order; with
+    ``pooling: none`` every ID is its own bag, so rows come back one per ID."""
+    if pooling == "none":
+        return np.arange(n_ids + 1, dtype=np.int64)
+    out = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def table_parts(batch: SparseBatch, features: list[str] | tuple[str, ...]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(IDs, bag lengths) of one table's ``features`` in ``batch``, feature after feature."""
     b = batch.batch_size
     values, lengths, offsets = batch.values.numpy(), batch.lengths.numpy(), batch.offsets.numpy()
-    parts, lens = [], []
+    ids, lens = [], []
     for f in features:
         k = batch.keys.index(f)
-        parts.append(values[offsets[k * b] : offsets[(k + 1) * b]])
+        ids.append(values[offsets[k * b] : offsets[(k + 1) * b]])
         lens.append(lengths[k * b : (k + 1) * b])
-    ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    if pooling == "none":
-        bag_off = np.arange(ids.shape[0] + 1, dtype=np.int64)
-    else:
-        lens_all = lens[0] if len(lens) == 1 else np.concatenate(lens)
-        bag_off = np.zeros(lens_all.shape[0] + 1, dtype=np.int64)
-        np.cumsum(lens_all, out=bag_off[1:])
-    return deduper.prepare(map_ids(ids, hash_size), bag_off, pooling == "mean")
+    if len(ids) == 1:
+        return ids[0], lens[0]
+    return np.concatenate(ids), np.concatenate(lens)
+
+
+def table_ids(batch: SparseBatch, features: list[str] | tuple[str, ...], hash_size: int | None,
+              pooling: str, deduper: Deduper) -> TableIds:
+    """The ID work of one table (``features``, in order) for ``batch``."""
+    ids, lens = table_parts(batch, features)
+    bags = bag_offsets(lens, ids.shape[0], pooling)
+    return deduper.prepare(map_ids(ids, hash_size), bags, pooling == "mean")

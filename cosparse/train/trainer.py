@@ -221,14 +221,15 @@ class Trainer:
         # it still ends the batch (the planner's pins, the step count)
         self.ec.apply_gradients()
         t3 = time.perf_counter()
-        ec = {k: self.ec.stage_ms[k] - ec0.get(k, 0.0) for k in ("fill", "gather", "writeback")}
+        ec = {k: self.ec.stage_ms[k] - ec0.get(k, 0.0) for k in ("gather", "writeback")}
+        late = self.ec.stage_ms["fill"] - ec0.get("fill", 0.0) - prepared.fill_ms  # at the gather
         self._stages = {  # (read: the prefetch wait, added by the caller)
             "featurize": batch.build_ms,
             "prep": prepared.prep_ms,
             "plan": prepared.plan_ms - prepared.fill_ms,
-            "fill": prepared.fill_ms + ec["fill"],
+            "fill": prepared.fill_ms + late,
             "gather": ec["gather"],
-            "forward": (t1 - t0) * 1e3 - ec["gather"] - ec["fill"],
+            "forward": (t1 - t0) * 1e3 - ec["gather"] - late,
             "backward": (t2 - t1) * 1e3,
             "optim": (t3 - t2) * 1e3 - ec["writeback"],
             "writeback": ec["writeback"],

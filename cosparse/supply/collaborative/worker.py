@@ -1,10 +1,12 @@
 """The data-worker side of the collaborative supply.
 
-``CollaborativeCodec.encode`` runs in each data worker process: it builds the batch, does each
-table's ID work (unique IDs, inverse and transposed index: the trainer uses it as it is), asks
-the published resident filter which of the unique IDs the trainer may hold, pulls the others
-(rows with their optimizer state, and the shard write counters) over the worker's own PS
-connection, and packs samples, ID work and rows into one shared-memory file.
+``CollaborativeCodec.encode`` runs in each data worker process: it builds the batch, dedups each
+table's IDs (the trainer uses these unique IDs and inverse index as they are: the dedup is done
+once), asks the published resident filter which of the unique IDs the trainer may hold, pulls
+the others (rows with their optimizer state, and the shard write counters) over the worker's
+own PS connection, and packs samples and rows into one shared-memory file. A table's IDs travel
+as its unique IDs and an int32 inverse index instead of the raw ID columns (fewer bytes on the
+worker->trainer link); ``decode`` rebuilds the columns from them, as the table's row keys.
 ``decode`` runs in the trainer and maps that file back. With ``workers: 0`` both run in the
 trainer process, still over a connection of their own.
 """
@@ -23,13 +25,19 @@ import numpy as np
 from cosparse.batch import SparseBatch
 from cosparse.link import LinkSpec
 from cosparse.ps.client import PSClient, PSError
-from cosparse.store.dedup import Deduper, TableIds, table_ids
+from cosparse.store.dedup import (
+    Deduper,
+    TableIds,
+    bag_offsets,
+    map_ids,
+    table_parts,
+    with_bags,
+)
 from cosparse.supply.collaborative.resident_filter import FilterLayout, FilterView
 from cosparse.supply.collaborative.shared_batch import read_arrays, write_arrays
 from cosparse.supply.collaborative.types import DeliveredRows, Delivery
 
-_SAMPLE_ARRAYS = ("values", "lengths", "dense", "labels")
-_ID_ARRAYS = ("unique", "inverse", "offsets", "t_offsets", "t_bags", "t_weights")  # TableIds
+_SAMPLE_ARRAYS = ("lengths", "dense", "labels")  # the ID columns travel as each table's dedup
 
 
 class BatchBuilder(Protocol):
@@ -111,15 +119,20 @@ class CollaborativeCodec:
                                          if k in _SAMPLE_ARRAYS}
         if self._dedupers is None:
             self._dedupers = {t.name: Deduper() for t in self.tables}
+        served = {f for t in self.tables for f in t.features}
+        for key in batch.keys:  # a column no table reads travels as it is
+            if key not in served:
+                arrays[f"v.{key}"] = batch.feature(key)[0].numpy()
         for t in self.tables:
-            tids = table_ids(batch, t.features, t.hash_size, t.pooling, self._dedupers[t.name])
-            for part in _ID_ARRAYS:
-                arrays[f"i.{t.name}.{part}"] = getattr(tids, part)
-            answer = view.resident(t.name, tids.unique)
+            ids, _ = table_parts(batch, t.features)
+            unique, inverse = self._dedupers[t.name].unique(map_ids(ids, t.hash_size))
+            arrays[f"i.{t.name}.unique"] = unique
+            arrays[f"i.{t.name}.inverse"] = inverse.astype(np.int32)  # < 2^31 IDs per batch
+            answer = view.resident(t.name, unique)
             if answer is None:
                 continue  # no consistent filter yet: the trainer fetches this table itself
             maybe_resident, _ = answer
-            cold = np.sort(tids.unique[~maybe_resident])  # delivered IDs are sorted
+            cold = np.sort(unique[~maybe_resident])  # delivered IDs are sorted
             if not cold.shape[0]:
                 continue
             try:
@@ -144,6 +157,29 @@ class CollaborativeCodec:
         self._reported = moved
         return ("shm", path, layout, meta)
 
+    def _ids_of(self, arrays: dict[str, np.ndarray], keys: list[str]
+                ) -> tuple[np.ndarray, dict[str, TableIds]]:
+        """The ID columns (each table's as its row keys) and each table's ID work, from the
+        tables' unique IDs and inverse indexes; the transposed bag index is built here."""
+        lengths = arrays["lengths"]
+        b = arrays["labels"].shape[0]
+        per_key = lengths.reshape(len(keys), b) if keys else lengths.reshape(0, b)
+        columns = {k: arrays[f"v.{k}"] for k in keys if f"v.{k}" in arrays}
+        prepared = {}
+        for t in self.tables:
+            unique = arrays[f"i.{t.name}.unique"]
+            inverse = arrays[f"i.{t.name}.inverse"].astype(np.int64)
+            lens = np.concatenate([per_key[keys.index(f)] for f in t.features])
+            prepared[t.name] = with_bags(unique, inverse, bag_offsets(lens, inverse.shape[0],
+                                                                      t.pooling),
+                                         t.pooling == "mean")
+            ids = unique[inverse]
+            cuts = np.cumsum([per_key[keys.index(f)].sum() for f in t.features])[:-1]
+            columns.update(zip(t.features, np.split(ids, cuts), strict=True))
+        values = (np.concatenate([columns[k] for k in keys]) if keys
+                  else np.zeros(0, dtype=np.int64))
+        return values, prepared
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -153,16 +189,17 @@ class CollaborativeCodec:
     def decode(self, msg: tuple[Any, ...]) -> SparseBatch:
         _, path, layout, meta = msg
         arrays = read_arrays(path, layout)
+        values, prepared = self._ids_of(arrays, meta["keys"])
         batch = SparseBatch.from_arrays({**{k: arrays[k] for k in _SAMPLE_ARRAYS},
-                                         "keys": meta["keys"], "bad_records": meta["bad_records"],
+                                         "values": values, "keys": meta["keys"],
+                                         "bad_records": meta["bad_records"],
                                          "index": meta["index"],
                                          "dense_keys": meta.get("dense_keys"),
                                          "features_computed": meta.get("features_computed", 0),
                                          "build_ms": meta["build_ms"]})
+        batch.prepared_ids = prepared
         delivery = Delivery(worker_ps_bytes=meta["worker_ps_bytes"], worker_pid=meta["pid"])
-        batch.prepared_ids = {}
         for t in self.tables:
-            batch.prepared_ids[t.name] = TableIds(*(arrays[f"i.{t.name}.{p}"] for p in _ID_ARRAYS))
             if f"d.{t.name}.ids" in arrays:
                 delivery.rows[t.name] = DeliveredRows(*(arrays[f"d.{t.name}.{part}"] for part in
                                                         ("ids", "rows", "counters")))
