@@ -63,3 +63,15 @@ def test_missing_data_file_is_a_clear_error(tmp_path):
     r = _run(["train", "--config", str(p)], tmp_path)
     assert r.returncode != 0
     assert "nope.tsv" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_python_dash_m_cosparse_is_the_command_line(tmp_path):
+    """``python -m cosparse`` (what ``torchrun -m cosparse`` starts) runs the same command line:
+    the same one-line error and exit code as the ``cosparse`` script."""
+    p = _config(tmp_path)
+    cfg = yaml.safe_load(p.read_text())
+    cfg["train"]["stepz"] = 3
+    p.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "cosparse", "train", "--config", str(p)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown key 'train.stepz'" in r.stderr
