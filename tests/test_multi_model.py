@@ -85,6 +85,8 @@ def test_each_common_feature_is_computed_once_per_batch_and_models_train_as_alon
     # the shared link carried each batch once, however many models trained on it
     assert out["bytes.worker_trainer"] == multi.trainers["dlrm_v1"].wire_bytes > 0
     assert pids and os.getpid() not in pids  # extraction ran in the data-worker process
+    for name in ("dlrm_v1", "deepfm_v1"):  # and each model's featurize stage shows its time
+        assert out["models"][name]["stage_ms.featurize"] > 0, name
     for p in pids:  # and that process is gone
         with pytest.raises(ProcessLookupError):
             os.kill(p, 0)

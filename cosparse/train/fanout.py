@@ -56,7 +56,7 @@ class ConsumerView:
         return SparseBatch(batch.keys, batch.values, batch.lengths, dense, batch.labels,
                            batch.bad_records, batch.index, _offsets=batch._offsets,
                            wire_bytes=batch.wire_bytes, dense_keys=list(self.dense),
-                           features_computed=batch.features_computed)
+                           features_computed=batch.features_computed, build_ms=batch.build_ms)
 
 
 class ViewReader:
