@@ -29,7 +29,6 @@ from cosparse.ps import EmbeddedShards
 from cosparse.ps.client import PSClient
 from cosparse.store.types import TierPlan
 from cosparse.supply.placements import ps_tables
-from cosparse.supply.ps_direct import enable_version_checks
 from cosparse.supply.versions import StaleRowError
 from cosparse.train.prefetch import Prefetcher
 
@@ -164,9 +163,9 @@ def test_arch_a_is_bit_identical_under_heavy_reuse(shard_sets, request, placemen
             tiers = None
             if placement == "cached":
                 tiers = {t.name: TierPlan(_most_rows_of_one_batch(batches) + 2) for t in tables}
-            ec = EmbeddingCollection(tables, "cpu", ps_tables(tables, CPU, client, 1, tiers),
-                                     lookahead=1)
-            assert enable_version_checks(ec.tables.values()) == len(tables)
+            placements = ps_tables(tables, CPU, client, 1, tiers, check_versions=True)
+            ec = EmbeddingCollection(tables, "cpu", placements, lookahead=1)
+            assert sum(t.check_versions for t in ec.tables.values()) == len(tables)
             got = _train(ec, batches)
             bad = [i for i, (a, b) in enumerate(zip(got, ref, strict=True)) if a != b]
             assert not bad, (f"{request.node.name} repeat {rep}: loss differs first at step "
@@ -202,9 +201,9 @@ def test_check_versions_catches_a_row_written_behind_the_trainers_back(shard_set
     with shards.client() as client, shards.client() as other:
         client.register([table])
         tiers = {table.name: TierPlan(16)} if placement == "cached" else None
-        ec = EmbeddingCollection([table], "cpu", ps_tables([table], CPU, client, 1, tiers),
-                                 lookahead=1)
-        assert enable_version_checks(ec.tables.values()) == 1
+        placements = ps_tables([table], CPU, client, 1, tiers, check_versions=True)
+        ec = EmbeddingCollection([table], "cpu", placements, lookahead=1)
+        assert sum(t.check_versions for t in ec.tables.values()) == 1
         ec.train()
         b0, b1 = ec.prepare(_one_batch([1, 2, 3], 0)), ec.prepare(_one_batch([3, 4, 5], 1))
         ec.stage(b0)

@@ -17,21 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Protocol
+from collections.abc import Mapping
 
 import numpy as np
 
 from cosparse.stall import Progress
-from cosparse.store.types import BatchPlan, DeliveredRowSource, RowSource
-
-
-class PlannedTable(Protocol):
-    def plan(self, unique: np.ndarray, seq: int, shrink: Callable[[], bool]) -> BatchPlan: ...
-    def row_sources(self, delivered: DeliveredRowSource | None) -> list[RowSource]: ...
-    def fill(self, plan: BatchPlan, sources: list[RowSource]) -> None: ...
-    def release(self, seq: int) -> None: ...
-    def release_all(self) -> None: ...
+from cosparse.store.types import BatchPlan, DeliveredRowSource, TablePlacement
 
 
 class PlannerCancelled(Exception):
@@ -39,7 +30,7 @@ class PlannerCancelled(Exception):
 
 
 class CachePlanner:
-    def __init__(self, tables: Mapping[str, PlannedTable], lookahead: int, windowed: bool = True):
+    def __init__(self, tables: Mapping[str, TablePlacement], lookahead: int, windowed: bool = True):
         self.tables = tables
         # all-resident tables pin nothing, so their batches need not wait for each other
         self.lookahead = lookahead if windowed else 1 << 62

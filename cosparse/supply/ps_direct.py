@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -235,13 +235,3 @@ class PSCachedTable(PSRows, DeviceCache):
         self.release_all()
         self._push_rows(state)
 
-
-def enable_version_checks(tables: Iterable[object]) -> int:
-    """Turn on the stale-read check (``train.check_versions``) for every PS-served table among
-    ``tables``; returns how many there are."""
-    n = 0
-    for t in tables:
-        if isinstance(t, PSDirectTable | PSCachedTable):
-            t.check_versions = True
-            n += 1
-    return n

@@ -169,12 +169,11 @@ class CollaborativeCodec:
         for t in self.tables:
             unique = arrays[f"i.{t.name}.unique"]
             inverse = arrays[f"i.{t.name}.inverse"].astype(np.int64)
-            lens = np.concatenate([per_key[keys.index(f)] for f in t.features])
-            prepared[t.name] = with_bags(unique, inverse, bag_offsets(lens, inverse.shape[0],
-                                                                      t.pooling),
-                                         t.pooling == "mean")
+            lens_of = [per_key[keys.index(f)] for f in t.features]
+            bags = bag_offsets(np.concatenate(lens_of), inverse.shape[0], t.pooling)
+            prepared[t.name] = with_bags(unique, inverse, bags, t.pooling == "mean")
             ids = unique[inverse]
-            cuts = np.cumsum([per_key[keys.index(f)].sum() for f in t.features])[:-1]
+            cuts = np.cumsum([lens.sum() for lens in lens_of])[:-1]
             columns.update(zip(t.features, np.split(ids, cuts), strict=True))
         values = (np.concatenate([columns[k] for k in keys]) if keys
                   else np.zeros(0, dtype=np.int64))
