@@ -15,6 +15,7 @@ from cosparse.config.load import config_from_mapping, load_config, read_config_m
 from cosparse.config.mapping import set_dotted
 from cosparse.config.model import DenseOptimizerConfig, DINConfig, ModelConfig
 from cosparse.config.models import ModelEntry, model_config
+from cosparse.config.parallel import ParallelConfig, ShardingKind
 from cosparse.config.presets import PRESETS, apply_preset, switch_preset
 from cosparse.config.root import Config, FeaturesConfig, NetworkConfig
 from cosparse.config.sizes import parse_bytes
@@ -40,8 +41,10 @@ __all__ = [
     "ModelEntry",
     "NetworkConfig",
     "OptimizerConfig",
+    "ParallelConfig",
     "RemoteConfig",
     "SequenceSyntheticConfig",
+    "ShardingKind",
     "StoreConfig",
     "SupplyConfig",
     "SyntheticConfig",

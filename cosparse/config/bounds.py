@@ -116,7 +116,7 @@ BOUNDS: dict[str, Bound] = {
     "model.cross_rank": WIDTH,
     "model.din.attention[*]": WIDTH,
     "model.din.mlp[*]": WIDTH,
-    "model.dense_optimizer.lr": POSITIVE,
+    "model.dense_optimizer.lr": AT_LEAST_0,  # 0: a frozen dense model (exactness checks)
     # store, supply, network
     "store.device.budget_bytes": AT_LEAST_1,
     "store.device.rows": SLOTS,

@@ -45,6 +45,11 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{key}: expected a list, got {type(value).__name__}")
         return [_convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
+        return {_convert(args[0], k, key): _convert(args[1], v, f"{key}.{k}")
+                for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, key)
     if tp is float:

@@ -9,6 +9,7 @@ from typing import Literal
 from cosparse.config.data import DataConfig
 from cosparse.config.model import ModelConfig
 from cosparse.config.models import ModelEntry
+from cosparse.config.parallel import ParallelConfig
 from cosparse.config.store import StoreConfig
 from cosparse.config.supply import SupplyConfig
 from cosparse.config.tables import TableConfig
@@ -45,3 +46,4 @@ class Config:
     supply: SupplyConfig = field(default_factory=SupplyConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)

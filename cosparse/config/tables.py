@@ -44,6 +44,9 @@ class TableConfig:
     num_embeddings: int | None = None
     hash_size: int | None = None  # only when set: IDs are taken modulo this (fixed-size table)
     policy: Literal["lru", "lfu", "hotness"] | None = None  # overrides store.device.policy
+    # set by column-wise sharding (``cosparse.parallel``), never by hand: the whole row's column of
+    # this shard's column 0, so that a shard's initial values are those columns of the whole row
+    column_offset: int = 0
 
 
 def validate_tables(cfg: Config) -> None:

@@ -8,6 +8,7 @@ from cosparse.config.data import validate_data
 from cosparse.config.errors import ConfigError
 from cosparse.config.model import validate_model
 from cosparse.config.models import model_config, validate_models
+from cosparse.config.parallel import validate_parallel
 from cosparse.config.root import Config
 from cosparse.config.store import validate_remote, validate_store
 from cosparse.config.supply import validate_supply
@@ -17,7 +18,7 @@ from cosparse.config.train import validate_train
 # the rules of one model's run, in the order they are checked (validate_supply relies on the
 # tiers validate_store has read, validate_remote on the path validate_supply has accepted)
 _MODEL_RULES = (validate_tables, validate_train, validate_store, validate_supply,
-                validate_remote, validate_model)
+                validate_remote, validate_model, validate_parallel)
 
 
 def validate(cfg: Config) -> Config:

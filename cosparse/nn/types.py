@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,3 +36,6 @@ class PreparedBatch:
     slots: dict[str, np.ndarray] | None = None
     plan_ms: float = 0.0  # planning, filling included
     fill_ms: float = 0.0  # bringing the misses' rows in
+    # many ranks (``cosparse.parallel``): the rank's own shards' prepared global batch and the
+    # batch's input distribution, which the sharded collection reads
+    shard: Any = None

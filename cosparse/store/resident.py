@@ -35,7 +35,8 @@ def initial_rows(
     state0 = SparseOptimizer(cfg.optimizer).initial_state
     kernel = kernels.init_rows_serial if serial else kernels.init_rows
     rows = np.arange(ids.shape[0]) if slots is None else slots
-    kernel(out, rows, ids, cfg.seed, cfg.dim, _INIT_KIND[init.kind], a, b, state0)
+    kernel(out, rows, ids, cfg.seed, cfg.dim, _INIT_KIND[init.kind], a, b, state0,
+           cfg.column_offset)
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,12 @@ from cosparse.link import Links
 from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.models import build_model
 from cosparse.nn.types import PreparedBatch
+from cosparse.parallel.data import local_parts
+from cosparse.parallel.dense import dense_parallel
+from cosparse.parallel.engine import RankSetup, start_rank
+from cosparse.parallel.loss import global_bce
+from cosparse.parallel.sharded import ShardedEmbeddingCollection
+from cosparse.parallel.world import launched_by_torchrun
 from cosparse.stall import Progress
 from cosparse.supply.paths import make_supply_path
 from cosparse.supply.types import PathContext, SnapshotMismatch
@@ -84,16 +91,30 @@ class Trainer:
         check_table_features(cfg, self.train_reader)
         self.model = build_model(cfg, self.train_reader.num_dense, self.device)
         self.links = Links.from_config(cfg.network)
-        self.path = make_supply_path(cfg, PathContext(self.device, self.links, self.train_reader,
-                                                      self.log))
+        # many ranks (torchrun): this rank's shards are the tables its supply path places
+        self.ranks: RankSetup | None = None
+        if launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
+            self.ranks = start_rank(cfg, self.device, self._probe, self.log)
+            if not self.ranks.world.leader:
+                self.log = lambda msg: None
+        self.shard_cfg = self.ranks.shard_cfg if self.ranks else cfg
+        self.path = make_supply_path(self.shard_cfg, PathContext(
+            self.device, self.links, self.train_reader, self.log))
         self.sizing: SizingReport | None = None
         try:  # what the path started stops again if the rest of the set-up fails
             self.path.start(self._size_tiers().plans if cfg.store.tiered else None)
             self._install_collection()
-            self.dense_opt = make_dense_optimizer(cfg, list(self.model.parameters()))
-            self.sink = MetricsSink(cfg.train.metrics_json, cfg.train.tensorboard_dir)
+            # the module that trains: the model, or its data-parallel wrapper on many ranks
+            self.train_model = dense_parallel(self.model, cfg.parallel.dense, self.ranks.world,
+                                              self.device) if self.ranks else self.model
+            self.dense_opt = make_dense_optimizer(cfg, list(self.train_model.parameters()))
+            leader = self.ranks is None or self.ranks.world.leader  # one rank writes metrics
+            self.sink = MetricsSink(cfg.train.metrics_json if leader else None,
+                                    cfg.train.tensorboard_dir if leader else None)
         except BaseException:
             self.path.close()
+            if self.ranks:
+                self.ranks.world.close()
             raise
         said = self.path.describe()
         if said:
@@ -112,13 +133,19 @@ class Trainer:
         self._stages: dict[str, float] = {}
         self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
 
-    def _size_tiers(self) -> SizingReport:
-        """Dense first, sparse the rest: size the tiers from a dry run and the first batches."""
-        cfg = self.cfg
+    def _probe(self) -> list:
+        """The first ``store.probe_batches`` batches of the training data."""
         tasks = self.train_reader.tasks()
-        probe = [self.train_reader.build(t) for t in itertools.islice(tasks, cfg.store.probe_batches)]
+        probe = [self.train_reader.build(t)
+                 for t in itertools.islice(tasks, self.cfg.store.probe_batches)]
         if hasattr(tasks, "close"):
             tasks.close()
+        return probe
+
+    def _size_tiers(self) -> SizingReport:
+        """Dense first, sparse the rest: size the tiers from a dry run and the first batches."""
+        cfg = self.shard_cfg
+        probe = self._probe()
         dense = 0
         if cfg.store.device.budget_bytes is not None:
             dense = measure_dense_bytes(self.model, probe[0], cfg.model.dense_optimizer.kind)
@@ -128,12 +155,16 @@ class Trainer:
 
     def _install_collection(self) -> None:
         """The model's embedding collection over the supply path's table placements."""
-        cfg = self.cfg
-        self.model.ec = self.ec = EmbeddingCollection(
+        cfg = self.shard_cfg
+        ec = EmbeddingCollection(
             cfg.tables, self.device, self.path.placements(), lookahead=cfg.supply.lookahead,
             admit_after=cfg.store.admit_after, delivery=self.path.delivery,
             budget_bytes=cfg.store.device.budget_bytes,  # type: ignore[arg-type]
         )
+        if self.ranks:  # the lookup of the global tables around this rank's shards
+            ec = ShardedEmbeddingCollection(self.cfg.tables, self.ranks.plan, self.ranks.world,
+                                            ec)
+        self.model.ec = self.ec = ec
 
     # --- checkpoints --------------------------------------------------------------------------
     def save(self) -> None:
@@ -203,9 +234,12 @@ class Trainer:
         self.dense_opt.zero_grad(set_to_none=True)
         ec0 = dict(self.ec.stage_ms)
         t0 = time.perf_counter()
-        logits = self.model(prepared)
+        logits = self.train_model(prepared)
         labels = batch.labels.to(self.device, non_blocking=True)
-        loss = F.binary_cross_entropy_with_logits(logits, labels)
+        if self.ranks:  # the global batch's loss, the same on every rank
+            loss = global_bce(logits, labels, prepared.shard[1].sizes, self.ranks.world)
+        else:
+            loss = F.binary_cross_entropy_with_logits(logits, labels)
         value = float(loss.detach())  # checked before any update is applied
         t1 = time.perf_counter()
         finite = math.isfinite(value)
@@ -245,8 +279,10 @@ class Trainer:
         cfg = self.cfg
         stats = IntervalStats()
         self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
+        follower = self.ranks is not None and not self.ranks.world.leader  # rank 0's bar only
         bar = tqdm(
-            total=total, initial=self.state.step, disable=not cfg.train.progress, unit="step",
+            total=total, initial=self.state.step, disable=not cfg.train.progress or follower,
+            unit="step",
             dynamic_ncols=True, desc=self.bar_desc, position=self.bar_position,
         )
         last: dict[str, Any] = {}
@@ -263,7 +299,7 @@ class Trainer:
                 # never plan past the last step: planning pulls rows (a PS creates the rows it is
                 # asked for), so batches planned but never trained would leave extra rows behind,
                 # as many as the prefetch thread happened to reach
-                steps_left = itertools.islice(stream, total - self.state.step)
+                steps_left = itertools.islice(self._mine(stream), total - self.state.step)
                 staged = self.ec.staged(steps_left, cfg.supply.horizon)
                 self.ec.planner.watch(self.progress, cfg.train.stall_timeout_s)
                 prefetch = Prefetcher(staged, lambda prepared: prepared, cfg.supply.lookahead,
@@ -297,9 +333,17 @@ class Trainer:
             last = self._log_interval(stats, None)
         scores = self.evaluate() if evaluate else {}
         final = {**last, "step": self.state.step, **scores, "bad_records": self.bad_records}
+        if self.ranks:
+            final["world_size"] = self.ranks.world.size
         final.pop("kind", None)
         self.sink.write({**final, "kind": "final"})
         return final
+
+    def _mine(self, batches: Any) -> Any:
+        """This rank's samples of each global batch (all of them on one process)."""
+        if self.ranks is None:
+            return batches
+        return local_parts(batches, self.ranks.world.rank, self.ranks.world.size)
 
     def _one_step(self, prepared: PreparedBatch, prefetch: Prefetcher, stats: IntervalStats,
                   bar: tqdm, total: int) -> dict[str, Any] | None:
@@ -344,6 +388,8 @@ class Trainer:
         for name, n in self.ec.unique_ids.items():
             rec[f"unique_ids.{name}"] = n
         rec.update(self.interval_counters.take(self.wire_bytes))
+        if self.ranks:
+            rec.update(self._rank_rank_bytes(stats.steps))
         self.sink.write(rec)
         if bar is not None:
             bar.set_postfix(loss=f"{rec['loss']:.4f}", samples_s=f"{rec['samples_per_s']:,.0f}")
@@ -355,6 +401,16 @@ class Trainer:
         stats.reset()
         return rec
 
+    def _rank_rank_bytes(self, steps: int) -> dict[str, float]:
+        """Bytes all ranks sent each other since the last interval (summed over ranks)."""
+        world = self.ranks.world  # type: ignore[union-attr]
+        sent = torch.tensor([float(world.rank_rank_bytes["sent"])], dtype=torch.float64)
+        torch.distributed.all_reduce(sent)
+        total = float(sent)
+        delta = total - getattr(self, "_rank_rank_seen", 0.0)
+        self._rank_rank_seen = total
+        return {"bytes.rank_rank": delta, "bytes.rank_rank_per_step": delta / max(1, steps)}
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """AUC and log loss over the whole eval split (the tables are not modified)."""
@@ -363,12 +419,21 @@ class Trainer:
         with BatchStream(self.eval_reader, self.cfg.data.workers, self.cfg.data.queue_depth,
                          preload=WORKER_PRELOAD) as s:
             want = self.cfg.data.eval_batch_size or max(self.cfg.data.batch_size, 1024)
-            for batch in joined_batches(s, want):
+            for batch in self._mine(joined_batches(s, want)):
                 self.progress.beat(f"evaluating at step {self.state.step}")
                 logits = self.model(self.ec.prepare(batch))
                 scores.append(torch.sigmoid(logits).float().cpu().numpy())
                 labels.append(batch.labels.numpy())
         self.model.train()
+        if self.ranks:  # every rank scored its samples: all of them, in global order
+            mine = [(np.concatenate(labels) if labels else np.zeros(0, np.float32),
+                     np.concatenate(scores) if scores else np.zeros(0, np.float32))]
+            everyone: list[Any] = [None] * self.ranks.world.size
+            torch.distributed.all_gather_object(everyone, mine[0])
+            labels = [y for y, _ in everyone]
+            scores = [p for _, p in everyone]
+            if not sum(y.shape[0] for y in labels):
+                return {}
         if not scores:
             return {}
         y, p = np.concatenate(labels), np.concatenate(scores)
@@ -384,3 +449,5 @@ class Trainer:
         """Flush the metrics and stop what the supply path started (safe to call twice)."""
         self.sink.close()
         self.path.close()
+        if self.ranks:
+            self.ranks.world.close()

@@ -31,8 +31,11 @@ def gather_rows(slab, slots, dim, out_w, out_s):
             out_s[u, c - dim] = slab[s, c]
 
 
-def _init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value):
+def _init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value, col0):
     """Initialise rows ``slots`` for ``ids``: each value is a pure function of (seed, id, column).
+
+    ``col0``: the full row's column of this slab's column 0 (a column-wise shard holds columns
+    ``col0 .. col0 + dim``, with the values those columns have in the whole row).
 
     kind 0: uniform(a, b); kind 1: normal(0, a) by Box-Muller. Optimizer state <- state_value.
     """
@@ -42,12 +45,13 @@ def _init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value):
         base = mix64(s64 ^ np.uint64(ids[i]))
         r = slots[i]
         for c in range(dim):
-            h1 = mix64(base + np.uint64(2 * c + 1) * GOLDEN)
+            cc = col0 + c
+            h1 = mix64(base + np.uint64(2 * cc + 1) * GOLDEN)
             u1 = np.float64(h1 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
             if kind == 0:
                 slab[r, c] = np.float32(a + (b - a) * u1)
             else:
-                h2 = mix64(base + np.uint64(2 * c + 2) * GOLDEN)
+                h2 = mix64(base + np.uint64(2 * cc + 2) * GOLDEN)
                 u2 = np.float64(h2 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
                 z = np.sqrt(-2.0 * np.log(1.0 - u1)) * np.cos(2.0 * np.pi * u2)
                 slab[r, c] = np.float32(a * z)

@@ -1,0 +1,48 @@
+"""The data split by global sample order: rank r trains samples [start_r, start_r + size_r) of
+every global batch, so the global batch (and the order of its samples) is the same at every
+world size."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import torch
+
+from cosparse.batch import SparseBatch
+
+
+def split_sizes(batch_size: int, world: int) -> list[int]:
+    """Each rank's share of a global batch: equal, the first ranks one larger."""
+    q, r = divmod(batch_size, world)
+    return [q + (i < r) for i in range(world)]
+
+
+def local_part(batch: SparseBatch, rank: int, world: int) -> SparseBatch:
+    """This rank's samples of the global ``batch``, every feature's bags and the dense rows."""
+    b = batch.batch_size
+    sizes = split_sizes(b, world)
+    s0 = sum(sizes[:rank])
+    s1 = s0 + sizes[rank]
+    lengths, offsets = batch.lengths.numpy(), batch.offsets.numpy()
+    nk = len(batch.keys)
+    firsts = np.arange(nk) * b
+    lens = np.concatenate([lengths[f + s0 : f + s1] for f in firsts]) if nk else lengths[:0]
+    values = batch.values.numpy()
+    vals = np.concatenate([values[offsets[f + s0] : offsets[f + s1]] for f in firsts]) if nk \
+        else values[:0]
+    return dataclasses.replace(
+        batch, values=torch.from_numpy(np.ascontiguousarray(vals)),
+        lengths=torch.from_numpy(np.ascontiguousarray(lens)),
+        dense=batch.dense[s0:s1], labels=batch.labels[s0:s1], _offsets=None,
+        prepared_ids=None, delivery=None,
+        # the global batch's counts are the leader's to report, once
+        bad_records=batch.bad_records if rank == 0 else 0,
+        features_computed=batch.features_computed if rank == 0 else 0,
+    )
+
+
+def local_parts(batches: Iterable[SparseBatch], rank: int, world: int) -> Iterator[SparseBatch]:
+    for batch in batches:
+        yield local_part(batch, rank, world)

@@ -1,0 +1,46 @@
+"""The loss over the global batch, computed on every rank exactly as one process computes it.
+
+Each rank sends its logits and labels to every rank (a few bytes per sample), so the loss value
+is the global one, and its gradient with respect to this rank's logits is the global mean's:
+``(sigmoid(x) - y) / N`` over the whole global batch, with the same kernels (and so the same
+bits) as ``binary_cross_entropy_with_logits`` on one process. Every later gradient is then a
+partial sum of the one-process gradient, so the dense model's gradient reduction sums rather
+than averages."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cosparse.parallel.collectives import all_to_all
+from cosparse.parallel.world import World
+
+
+def _gather(x: torch.Tensor, sizes: list[int], world: World) -> torch.Tensor:
+    return all_to_all(x.repeat(world.size), [x.shape[0]] * world.size, sizes,
+                      world.out_group, world)
+
+
+class GlobalBCE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, labels, sizes, world):  # type: ignore[override]
+        x = _gather(logits.detach().contiguous(), sizes, world)
+        y = _gather(labels.to(x.dtype).contiguous(), sizes, world)
+        ctx.save_for_backward(x, y)
+        ctx.span = (sum(sizes[: world.rank]), sizes[world.rank])
+        return F.binary_cross_entropy_with_logits(x, y)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        x, y = ctx.saved_tensors
+        start, n = ctx.span
+        # over the whole global batch, then sliced: a vectorised kernel's tail elements may
+        # round differently, so the slice's values are those of the one-process computation
+        g = ((x.sigmoid() - y) * grad) / x.shape[0]
+        return g[start : start + n], None, None, None
+
+
+def global_bce(logits: torch.Tensor, labels: torch.Tensor, sizes: list[int],
+               world: World) -> torch.Tensor:
+    """The mean binary cross-entropy of the global batch (``sizes``: each rank's samples)."""
+    return GlobalBCE.apply(logits, labels, sizes, world)

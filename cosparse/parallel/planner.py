@@ -1,0 +1,112 @@
+"""The sharding planner: each table's sharding type and home, for a world of ranks.
+
+For every candidate it estimates the bytes each rank sends per step (the ID all-to-all, the
+output all-to-all or reduce-scatter, the backward, a replica's gradient gather) and the bytes
+each rank holds; it places tables largest first, each where the busiest rank's link time grows
+least, among the candidates that fit the device and host budgets. Pinned tables keep their type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from cosparse.config import ConfigError, TableConfig
+from cosparse.parallel.shards import sharding_of
+from cosparse.parallel.types import PlanCost, ShardingPlan, TableSharding, TableStats
+
+KINDS = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise")
+
+
+def sent_bytes(s: TableSharding, st: TableStats, batch: int, world: int) -> np.ndarray:
+    """Bytes each rank sends to other ranks per step for one table (IDs and bag lengths in,
+    rows out, gradients back), as the sharded collection moves them."""
+    out = np.zeros(world)
+    local = batch / world  # samples per rank
+    ids = local * st.ids_per_sample  # IDs per rank
+    n = len(s.owners)
+    width = st.dim / n if s.kind == "column_wise" else st.dim
+    for r in range(world):
+        others = [o for o in s.owners if o != r]
+        # input: bag lengths and IDs to each owner (hash routing: the owner's share)
+        share = ids / n if s.route == "hash" else ids
+        out[r] += len(others) * (8 * local * st.features + 8 * share)
+        if s.replicated:  # the slice's gradient, to every other replica
+            out[r] += (world - 1) * 4 * st.dim * (local * st.features if st.pooled else ids)
+            continue
+        # rows per (owner, rank) pair: a pooled feature's one per sample, a sequence's per ID
+        rows = local * st.features if st.pooled else (ids / n if s.route == "hash" else ids)
+        out[r] += len(others) * 4 * width * rows  # this rank's gradient to each other owner
+        if r in s.owners:  # this owner's rows to every other rank
+            out[r] += (world - 1) * 4 * width * rows
+    return out
+
+
+def held_bytes(s: TableSharding, st: TableStats, world: int) -> np.ndarray:
+    out = np.zeros(world)
+    for o, (c0, c1) in zip(s.owners, s.columns, strict=True):
+        frac = (c1 - c0) / st.dim
+        rows = st.rows / len(s.owners) if s.route == "hash" else st.rows
+        out[o] += rows * st.row_bytes * frac
+    return out
+
+
+def _candidates(t: TableConfig, st: TableStats, world: int, per_node: int,
+                replicate_below: int, pinned: str | None) -> list[TableSharding]:
+    kinds = [pinned] if pinned else [k for k in KINDS if _allowed(k, t, st, world, per_node,
+                                                                  replicate_below)]
+    out = []
+    for k in kinds:
+        homes = range(world) if k == "table_wise" else range(world // per_node) \
+            if k == "table_row_wise" else [0]
+        out += [sharding_of(k, t, world, per_node, h) for h in homes]
+    return out
+
+
+def _allowed(kind: str, t: TableConfig, st: TableStats, world: int, per_node: int,
+             replicate_below: int) -> bool:
+    if kind == "data_parallel":
+        return st.rows * st.row_bytes <= replicate_below
+    if kind == "column_wise":
+        return t.optimizer.kind != "rowwise_adagrad" and t.dim >= 2 and world > 1
+    if kind == "table_row_wise":
+        return world // per_node > 1
+    return True
+
+
+def plan_sharding(tables: list[TableConfig], stats: Mapping[str, TableStats], batch: int,
+                  world: int, ranks_per_node: int, pins: Mapping[str, str], link_gbps: float,
+                  device_budget: int | None, host_budget: int | None,
+                  replicate_below: int) -> ShardingPlan:
+    """The cheapest plan that fits: tables largest first, each on the candidate that keeps the
+    busiest rank's link time lowest while every rank's bytes stay in the budget."""
+    # a shard's rows fit in its device tier and the host tier beneath it
+    budget = None if host_budget is None else host_budget + (device_budget or 0)
+    sent = np.zeros(world)
+    held = np.zeros(world)
+    chosen: dict[str, TableSharding] = {}
+    order = sorted(tables, key=lambda t: -stats[t.name].rows * stats[t.name].row_bytes)
+    bps = link_gbps * 1e9 / 8
+    for t in order:
+        st = stats[t.name]
+        best: tuple[float, float, TableSharding] | None = None
+        for cand in _candidates(t, st, world, ranks_per_node, replicate_below,
+                                pins.get(t.name)):
+            s2 = sent + sent_bytes(cand, st, batch, world)
+            h2 = held + held_bytes(cand, st, world)
+            fits = budget is None or h2.max() <= budget
+            key = (0.0 if fits else 1.0, s2.max() / bps + 1e-15 * h2.max())
+            if best is None or key < best[:2]:
+                best = (*key, cand)
+        assert best is not None
+        if best[0] and t.name in pins:
+            raise ConfigError(f"parallel.sharding.{t.name}: {pins[t.name]} does not fit the "
+                              f"budget of {budget} bytes per rank")
+        chosen[t.name] = best[2]
+        sent += sent_bytes(best[2], st, batch, world)
+        held += held_bytes(best[2], st, world)
+    cost = PlanCost({"rank_rank": float(sent.sum())}, held.tolist(), held.tolist(),
+                    float(sent.max() / bps))
+    return ShardingPlan(world, ranks_per_node, {t.name: chosen[t.name] for t in tables}, cost,
+                        {t.name: "pinned" if t.name in pins else "planner" for t in tables})

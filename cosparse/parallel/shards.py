@@ -1,0 +1,77 @@
+"""What a rank holds of each table: which rows (a hash of the row key names the owner of a
+row-wise table's row) and which columns, as the table configs of its own embedding collection."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from cosparse.config import TableConfig
+from cosparse.parallel.types import ShardingPlan, TableSharding
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def row_owner(keys: np.ndarray, owners: int) -> np.ndarray:
+    """The shard (0 .. owners-1) of each row key: splitmix64 of the key, modulo ``owners``.
+
+    A pure function of the key, so a dynamic vocabulary's new row has exactly one owner, the same
+    on every rank, in every run and after resharding."""
+    if owners == 1:
+        return np.zeros(keys.shape[0], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        z = keys.astype(np.uint64, copy=True)
+        z ^= z >> np.uint64(30)
+        z *= _M1
+        z ^= z >> np.uint64(27)
+        z *= _M2
+        z ^= z >> np.uint64(31)
+    return (z % np.uint64(owners)).astype(np.int64)
+
+
+def column_ranges(dim: int, shards: int) -> tuple[tuple[int, int], ...]:
+    """``dim`` columns split into ``shards`` contiguous ranges, the first ones one wider."""
+    edges = np.linspace(0, dim, shards + 1).round().astype(int)
+    return tuple((int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True))
+
+
+def shard_config(cfg: TableConfig, sharding: TableSharding, rank: int) -> TableConfig:
+    """The table config of ``rank``'s shard: its columns, row keys already mapped by the sender
+    (``hash_size`` applied before routing), and sum pooling where the shard pools part of a
+    row-wise bag (the receiver divides a mean by the whole bag's length)."""
+    c0, c1 = sharding.columns[sharding.owners.index(rank)]
+    pooling = cfg.pooling
+    if sharding.route == "hash" and pooling == "mean":
+        pooling = "sum"
+    return dataclasses.replace(cfg, dim=c1 - c0, column_offset=cfg.column_offset + c0,
+                               hash_size=None, pooling=pooling)
+
+
+def rank_tables(plan: ShardingPlan, tables: list[TableConfig], rank: int) -> list[TableConfig]:
+    """The shard configs ``rank`` holds, in table order."""
+    return [shard_config(t, plan.tables[t.name], rank) for t in tables
+            if rank in plan.tables[t.name].owners]
+
+
+def sharding_of(kind: str, table: TableConfig, world: int, ranks_per_node: int,
+                home: int = 0) -> TableSharding:
+    """The owners and columns of ``kind`` for ``table``; ``home``: the rank (table-wise) or node
+    (table-row-wise) that holds it."""
+    whole = ((0, table.dim),)
+    if kind == "data_parallel":
+        owners = tuple(range(world))
+        return TableSharding(table.name, kind, owners, whole * world)  # type: ignore[arg-type]
+    if kind == "table_wise":
+        return TableSharding(table.name, kind, (home,), whole)  # type: ignore[arg-type]
+    if kind == "column_wise":
+        n = min(world, table.dim)
+        return TableSharding(table.name, kind, tuple(range(n)),  # type: ignore[arg-type]
+                             column_ranges(table.dim, n))
+    if kind == "row_wise":
+        return TableSharding(table.name, kind, tuple(range(world)),  # type: ignore[arg-type]
+                             whole * world)
+    if kind == "table_row_wise":
+        owners = tuple(range(home * ranks_per_node, (home + 1) * ranks_per_node))
+        return TableSharding(table.name, kind, owners, whole * len(owners))  # type: ignore[arg-type]
+    raise ValueError(f"unknown sharding kind '{kind}'")

@@ -1,0 +1,35 @@
+"""The sharding planner's statistics of each table, measured on the first batches of a reader."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cosparse.batch import SparseBatch
+from cosparse.config import TableConfig
+from cosparse.optim import SparseOptimizer
+from cosparse.parallel.types import TableStats
+from cosparse.store.dedup import map_ids, table_parts
+
+
+def table_stats(tables: list[TableConfig], batches: list[SparseBatch]) -> dict[str, TableStats]:
+    """Per table: IDs per sample, distinct rows per batch, and its rows: ``num_embeddings`` or
+    ``hash_size`` when given, else the distinct rows the batches hold (a lower bound)."""
+    out = {}
+    samples = max(1, sum(b.batch_size for b in batches))
+    for t in tables:
+        seen, ids_total, uniques = [], 0, []
+        for b in batches:
+            ids, _ = table_parts(b, t.features)
+            keys = map_ids(ids, t.hash_size)
+            ids_total += keys.shape[0]
+            u = np.unique(keys)
+            uniques.append(u.shape[0])
+            seen.append(u)
+        distinct = int(np.unique(np.concatenate(seen)).shape[0]) if seen else 0
+        rows = t.num_embeddings or t.hash_size or distinct
+        width = t.dim + SparseOptimizer(t.optimizer).state_width(t.dim)
+        out[t.name] = TableStats(rows=int(rows), row_bytes=4 * width, dim=t.dim,
+                                 features=len(t.features), ids_per_sample=ids_total / samples,
+                                 unique_per_batch=float(np.mean(uniques)) if uniques else 0.0,
+                                 pooled=t.pooling != "none")
+    return out

@@ -1,0 +1,37 @@
+"""Run by ``torchrun --nproc-per-node 2``: trains each case of a JSON file on the ranks and saves
+what each rank holds (its shards' rows, the losses, the dense weights, the plan) for the test
+to compare with one process (``tests/test_parallel.py``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from cosparse.config import config_from_mapping
+from cosparse.train.trainer import Trainer
+
+
+def main(cases_path: str, out_dir: str) -> None:
+    dist.init_process_group("gloo")  # kept across the cases; each Trainer adds its own groups
+    rank = dist.get_rank()
+    for case in json.loads(Path(cases_path).read_text()):
+        trainer = Trainer(config_from_mapping(case["config"]), log=lambda msg: None)
+        try:
+            trainer.run(evaluate=False)
+            rows = trainer.ec.inner.export_rows()
+            torch.save({"rows": rows, "losses": trainer.losses,
+                        "dense": {k: v.detach().clone() for k, v in
+                                  trainer.model.state_dict().items()},
+                        "plan": trainer.ranks.plan, "rank_rank": trainer.ranks.world.rank_rank_bytes},
+                       Path(out_dir) / f"{case['name']}.rank{rank}.pt")
+        finally:
+            trainer.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
