@@ -296,6 +296,23 @@ def test_ps_snapshot_pruning_keeps_what_kept_snapshots_need(tmp_path):
     assert snapshots.prune(tmp_path, []) == [names[1], names[2], names[3]]  # only LATEST's chain
 
 
+def test_a_snapshot_after_a_restore_never_reuses_an_orphans_number(tmp_path):
+    """A shard killed between renaming its snapshot into place and moving LATEST leaves that
+    snapshot behind, uncommitted; the resumed run's next snapshot takes a new number instead of
+    failing on the orphan's directory (seen in CI: "Directory not empty")."""
+    table = TableConfig(name="t", dim=4, features=["a"])
+    sh = Shard(0, 1)
+    sh.register([table])
+    sh.pull("t", np.arange(10, dtype=np.int64))
+    first = sh.snapshot(tmp_path, incremental=False)
+    orphan = sh.snapshot(tmp_path, incremental=False)  # the killed run's, never committed
+    (tmp_path / "LATEST").write_text(first)  # killed after the rename, before LATEST moved
+    again = Shard(0, 1)
+    assert again.restore(tmp_path, first) == first
+    nxt = again.snapshot(tmp_path, incremental=False)
+    assert nxt not in (first, orphan) and (tmp_path / "snapshots" / orphan).is_dir()
+
+
 def _durable_ps_config(tmp_path: Path, incremental: bool) -> Config:
     cfg = copy.deepcopy(ps_direct(base_config("zipf", "sgd"), num_shards=2, lookahead=1))
     cfg.train.steps = 12

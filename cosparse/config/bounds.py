@@ -108,6 +108,7 @@ BOUNDS: dict[str, Bound] = {
     "tables[*].init.low": FINITE,
     "tables[*].init.high": FINITE,
     "tables[*].init.std": AT_LEAST_0,
+    "tables[*].column_offset": AT_LEAST_0,
     # model
     "model.bottom[*]": WIDTH,
     "model.top[*]": WIDTH,
@@ -138,6 +139,12 @@ BOUNDS: dict[str, Bound] = {
     "supply.filter_bits_per_row": AT_LEAST_1,
     "network.link_mbps": POSITIVE,
     "network.link_latency_ms": AT_LEAST_0,
+    # parallel
+    "parallel.ranks_per_node": AT_LEAST_1,
+    "parallel.link_gbps": POSITIVE,
+    "parallel.device_budget_bytes": AT_LEAST_1,
+    "parallel.host_budget_bytes": AT_LEAST_1,
+    "parallel.replicate_below_bytes": AT_LEAST_0,
     # train
     "train.steps": AT_LEAST_1,
     "train.epochs": AT_LEAST_1,

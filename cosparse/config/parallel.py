@@ -40,10 +40,6 @@ def validate_parallel(cfg: Config) -> None:
         value = getattr(par, k)
         if value is not None:
             setattr(par, k, parse_bytes(value, f"parallel.{k}"))
-    if par.link_gbps <= 0:
-        raise ConfigError(f"parallel.link_gbps: {par.link_gbps} is not a positive bandwidth")
-    if par.ranks_per_node is not None and par.ranks_per_node < 1:
-        raise ConfigError(f"parallel.ranks_per_node: {par.ranks_per_node} is below 1")
     names = {t.name: t for t in cfg.tables}
     for table, kind in cfg.parallel.sharding.items():
         key = f"parallel.sharding.{table}"

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -43,7 +44,10 @@ def write_snapshot(root: str | Path, tables: Mapping[str, ShardTable], shard: in
     snaps.mkdir(parents=True, exist_ok=True)
     parent = read_latest(root)
     incremental = incremental and parent is not None
-    seq = max(last_seq, seq_of(parent) if parent else 0) + 1
+    # past every snapshot on disk too: a run killed between its shards' snapshot and the
+    # trainer's commit leaves an orphan of the number a resumed run would reuse (pruned later)
+    on_disk = [seq_of(d.name) for d in snaps.iterdir() if _NAME_RE.match(d.name)]
+    seq = max(last_seq, seq_of(parent) if parent else 0, *on_disk) + 1
     name = f"{seq:08d}-{'incr' if incremental else 'full'}"
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-{owner_tag()}-", dir=snaps))
     written: list[tuple[ShardTable, np.ndarray]] = []
@@ -121,6 +125,9 @@ def read_table_arrays(d: Path, tname: str, tm: dict, width: int
     if rows.shape != (ids.shape[0], width) or vers.shape != ids.shape:
         raise SnapshotError(f"{d}: table '{tname}' arrays have inconsistent shapes")
     return ids, rows, vers
+
+
+_NAME_RE = re.compile(r"^\d{8}-(full|incr)$")
 
 
 def seq_of(name: str) -> int:
