@@ -64,7 +64,7 @@ def child(cfg_path: str, out_path: str, warmup: int) -> None:
     try:
         trainer.run(warmup, evaluate=False)
         world = trainer.ranks.world if trainer.ranks else None
-        sent0 = dict(world.rank_rank_bytes) if world else {}
+        comm0 = dict(world.comm) if world else {}
         t0 = time.perf_counter()
         trainer.run(evaluate=False)
         wall = time.perf_counter() - t0
@@ -72,9 +72,9 @@ def child(cfg_path: str, out_path: str, warmup: int) -> None:
         rec: dict[str, Any] = {"losses": trainer.losses, "wall_s": wall, "steps": steps,
                                "samples_per_s": steps * raw["data"]["batch_size"] / wall}
         if world:
-            rec["rank_rank_bytes_per_step"] = (world.rank_rank_bytes["sent"] - sent0["sent"]) / steps
-            rec["a2a_ms_per_step"] = (world.rank_rank_bytes.get("a2a_us", 0)
-                                      - sent0.get("a2a_us", 0)) / 1e3 / steps
+            rec["rank_rank_bytes_per_step"] = (world.comm["sent_bytes"]
+                                               - comm0["sent_bytes"]) / steps
+            rec["a2a_ms_per_step"] = (world.comm["wait_ms"] - comm0["wait_ms"]) / steps
             cost = trainer.ranks.plan.cost
             rec["predicted_rank_rank_bytes_per_step"] = cost.link_bytes["rank_rank"] if cost else None
             rec["plan"] = {n: s.kind for n, s in trainer.ranks.plan.tables.items()}

@@ -21,12 +21,14 @@ def main(cases_path: str, out_dir: str) -> None:
     for case in json.loads(Path(cases_path).read_text()):
         trainer = Trainer(config_from_mapping(case["config"]), log=lambda msg: None)
         try:
+            if case.get("resume"):
+                trainer.resume(case["resume"])
             trainer.run(evaluate=False)
             rows = trainer.ec.inner.export_rows()
             torch.save({"rows": rows, "losses": trainer.losses,
                         "dense": {k: v.detach().clone() for k, v in
                                   trainer.model.state_dict().items()},
-                        "plan": trainer.ranks.plan, "rank_rank": trainer.ranks.world.rank_rank_bytes},
+                        "plan": trainer.ranks.plan, "comm": trainer.ranks.world.comm},
                        Path(out_dir) / f"{case['name']}.rank{rank}.pt")
         finally:
             trainer.close()

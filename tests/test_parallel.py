@@ -78,13 +78,15 @@ CASES = {
 }
 
 
-def _one_process(cfg: dict) -> dict:
+def _one_process(cfg: dict, resume: Path | None = None) -> dict:
     one = copy.deepcopy(cfg)
     one.pop("parallel")
     one.pop("store", None)  # the reference: every row resident
     one["supply"] = {"lookahead": 1}
     trainer = Trainer(config_from_mapping(one), log=lambda msg: None)
     try:
+        if resume is not None:
+            trainer.resume(str(resume))
         trainer.run(evaluate=False)
         return {"rows": {n: v for n, v in trainer.ec.export_rows().items()},
                 "losses": np.array(trainer.losses),
@@ -93,10 +95,10 @@ def _one_process(cfg: dict) -> dict:
         trainer.close()
 
 
-def _merged(case: str, out: Path, tables: list[dict]) -> dict:
-    ranks = [torch.load(out / f"{case}.rank{r}.pt", weights_only=False) for r in range(2)]
+def _merged(case: str, out: Path, cfg_map: dict, world: int = 2) -> dict:
+    ranks = [torch.load(out / f"{case}.rank{r}.pt", weights_only=False) for r in range(world)]
     plan = ranks[0]["plan"]
-    cfg = config_from_mapping(CASES[case][0])
+    cfg = config_from_mapping(cfg_map)
     rows = {}
     for t in cfg.tables:
         s = plan.tables[t.name]
@@ -109,39 +111,79 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30)) if a.size else 0.0
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
-    """One torchrun of 2 gloo ranks running every case; killed, with its children, on failure."""
-    tmp = tmp_path_factory.mktemp("ranks")
-    (tmp / "cases.json").write_text(json.dumps(
-        [{"name": n, "config": c} for n, (c, _) in CASES.items()]))
+def _torchrun(ranks: int, cases: list[dict], tmp: Path, timeout_s: float) -> None:
+    """One torchrun of ``ranks`` gloo ranks running ``cases`` in order; killed, with its
+    children, when it overruns."""
+    path = tmp / f"cases{ranks}.json"
+    path.write_text(json.dumps(cases))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-           str(ROOT / "tests/parallel_cases.py"), str(tmp / "cases.json"), str(tmp)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+           str(ROOT / "tests/parallel_cases.py"), str(path), str(tmp)]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, text=True)
     try:
-        out, _ = proc.communicate(timeout=170)
+        out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kids = descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         wait_gone(kids, 10)
-        pytest.fail(f"2-rank run did not finish in 170 s:\n{out[-4000:]}")
-    assert proc.returncode == 0, f"2-rank run failed:\n{out[-6000:]}"
+        pytest.fail(f"{ranks}-rank run did not finish in {timeout_s} s:\n{out[-4000:]}")
+    assert proc.returncode == 0, f"{ranks}-rank run failed:\n{out[-6000:]}"
+
+
+def _ckpt(cfg: dict, root: Path, steps: int, every: int = 0) -> dict:
+    cfg = copy.deepcopy(cfg)
+    cfg["train"].update(steps=steps, log_every=steps)
+    cfg["train"]["checkpoint"] = {"dir": str(root), "every": every}
+    return cfg
+
+
+# checkpoints across layouts (dense frozen, so every resumed run must match one process's
+# uninterrupted run bit for bit): saved on 1 process and on 2 ranks, resumed elsewhere
+SAVE_2 = base({"lo": "column_wise", "mid": "table_wise", "hi": "data_parallel"}, 0.0)
+RESHARD_2 = base({"lo": "table_wise", "mid": "column_wise", "hi": "table_wise"}, 0.0)
+RESHARD_3 = base({"lo": "row_wise", "mid": "column_wise", "hi": "table_wise"}, 0.0)
+LONG = 12
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """The 2-rank torchrun of every case (checkpoint cases included), then the 3-rank one."""
+    tmp = tmp_path_factory.mktemp("ranks")
+    one = _ckpt(base(every("table_wise"), 0.0), tmp / "one", LONG // 2, LONG // 2)
+    _one_process(one)  # the one-process checkpoint that 2 ranks resume
+    cases = [{"name": n, "config": c} for n, (c, _) in CASES.items()]
+    cases += [
+        {"name": "save_2", "config": _ckpt(SAVE_2, tmp / "two", LONG // 2, LONG // 2)},
+        {"name": "resume_1_on_2", "config": _ckpt(base(every("table_wise"), 0.0),
+                                                  tmp / "x1", LONG), "resume": str(tmp / "one")},
+        {"name": "reshard_2_on_2", "config": _ckpt(RESHARD_2, tmp / "x2", LONG),
+         "resume": str(tmp / "two")},
+    ]
+    _torchrun(2, cases, tmp, 150)
+    _torchrun(3, [{"name": "reshard_2_on_3", "config": _ckpt(RESHARD_3, tmp / "x3", LONG),
+                   "resume": str(tmp / "two")}], tmp, 90)
     return tmp
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_ranks_match_one_process(two_ranks, case):
     cfg, exact = CASES[case]
-    got = _merged(case, two_ranks, cfg["tables"])
-    ref = _one_process(cfg)
+    got = _merged(case, two_ranks, cfg)
     assert got["plan"].world_size == 2
+    assert min(r["comm"]["sent_bytes"] for r in got["ranks"]) > 0
+    _compare(case, got, _one_process(cfg), cfg, exact)
+
+
+def _compare(case: str, got: dict, ref: dict, cfg: dict, exact: bool) -> None:
+    """Rows (IDs, values, optimizer state), losses and dense weights against one process."""
     worst = 0.0
     for name, want in ref["rows"].items():
         have = got["rows"][name]
+        mine = np.argsort(have["ids"])
+        have = {"ids": have["ids"][mine], "rows": have["rows"][mine]}
         order = np.argsort(want["ids"])
         np.testing.assert_array_equal(have["ids"], want["ids"][order], err_msg=f"table {name}")
         if exact:
@@ -153,15 +195,46 @@ def test_two_ranks_match_one_process(two_ranks, case):
         print(f"{case} {name}: largest relative difference of values {values:.3g}, "
               f"optimizer state {state:.3g}")
         worst = max(worst, values, state)
-    loss_diff = _rel(got["losses"], ref["losses"])
+    want_losses = ref["losses"][-len(got["losses"]):]  # a resumed run's: the last ones
+    loss_diff = _rel(got["losses"], want_losses)
     dense_diff = max(_rel(got["dense"][k].numpy(), v.numpy()) for k, v in ref["dense"].items())
     print(f"{case}: largest relative difference rows {worst:.3g}, losses {loss_diff:.3g}, "
           f"dense {dense_diff:.3g}")
     if exact:
-        np.testing.assert_array_equal(got["losses"], ref["losses"])
+        np.testing.assert_array_equal(got["losses"], want_losses)
     assert max(loss_diff, dense_diff) <= TOL
     assert worst <= ROWS_TOL
-    assert got["ranks"][0]["rank_rank"]["sent"] > 0 and got["ranks"][1]["rank_rank"]["sent"] > 0
+
+
+_LONG_REF: dict = {}
+
+
+def _long_reference() -> dict:
+    """One process, uninterrupted, the resumed cases' LONG steps (dense frozen)."""
+    if not _LONG_REF:
+        _LONG_REF.update(_one_process(base(every("table_wise"), 0.0)))
+    return _LONG_REF
+
+
+@pytest.mark.parametrize("case,cfg,world", [
+    ("resume_1_on_2", base(every("table_wise"), 0.0), 2),
+    ("reshard_2_on_2", RESHARD_2, 2),
+    ("reshard_2_on_3", RESHARD_3, 3),
+])
+def test_a_checkpoint_resumes_at_another_world_size_and_sharding(two_ranks, case, cfg, world):
+    """Saved on 1 process or 2 ranks (column-wise, table-wise, replicated), resumed on 2 or 3
+    ranks under other sharding types: the rows at the end are one uninterrupted process's
+    (bit for bit where the sharding is exact; row-wise within its tolerance)."""
+    exact = "row_wise" not in cfg["parallel"]["sharding"].values()
+    got = _merged(case, two_ranks, cfg, world)
+    assert got["plan"].world_size == world
+    _compare(case, got, _long_reference(), cfg, exact)
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_process(two_ranks):
+    got = _one_process(_ckpt(base(every("table_wise"), 0.0), two_ranks / "y1", LONG),
+                       resume=two_ranks / "two")
+    _compare("reshard_2_on_1", got, _long_reference(), base({}, 0.0), exact=True)
 
 
 def test_row_owner_is_a_pure_function_of_the_key():

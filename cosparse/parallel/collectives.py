@@ -2,11 +2,13 @@
 the reverse all-to-all, and the slice of a replicated table's global output whose gradient
 gathers every rank's slice (so each replica applies the same, global update).
 
-Each counts the bytes it sends to other ranks (``World.count_sent``): the rank-rank link.
+Each counts the bytes it sends to other ranks and the time it takes (``World.count``): the
+rank-rank link.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -19,10 +21,12 @@ def all_to_all(send: torch.Tensor, send_splits: list[int], recv_splits: list[int
                group: Any, world: World) -> torch.Tensor:
     """One ``all_to_all_single``: ``send`` holds the rows for rank 0, then rank 1, ... (first
     dimension split by ``send_splits``); returns what each rank sent this one, in rank order."""
+    t0 = time.perf_counter()
     recv = send.new_empty((sum(recv_splits), *send.shape[1:]))
     dist.all_to_all_single(recv, send.contiguous(), recv_splits, send_splits, group=group)
     per_row = send.element_size() * (send[0].numel() if send.dim() > 1 and send.shape[0] else 1)
-    world.count_sent((sum(send_splits) - send_splits[world.rank]) * per_row)
+    world.count((sum(send_splits) - send_splits[world.rank]) * per_row,
+                (time.perf_counter() - t0) * 1e3)
     return recv
 
 

@@ -22,7 +22,6 @@ from cosparse.parallel.world import World, start_world
 # what the many-rank engine does not run yet: each names its setting
 _NOT_YET = {
     "supply.path": lambda c: c.supply.path != "resident",
-    "train.checkpoint": lambda c: bool(c.train.checkpoint.dir or c.train.checkpoint.every),
     "models": lambda c: bool(c.models),
     "store.admit_after": lambda c: c.store.admit_after > 1,
 }
@@ -52,8 +51,8 @@ def start_rank(cfg: Config, device: torch.device, probe: Callable[[], list[Spars
     for key, unsupported in _NOT_YET.items():
         if unsupported(cfg):
             raise ConfigError(f"{key}: not supported under torchrun with more than one rank yet "
-                              "(the parallel engine runs resident or tiered tables, without "
-                              "checkpoints); run it on one process")
+                              "(the parallel engine runs resident or tiered tables); run "
+                              "it on one process")
     world = start_world(cfg, device)
     try:  # rank 0 plans and every rank takes its plan: one plan, whatever each rank measured
         sent = [make_plan(cfg, probe(), world.size, world.ranks_per_node) if world.leader

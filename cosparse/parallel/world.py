@@ -36,7 +36,8 @@ class World:
     ids_group: Any = None  # the prefetch thread's: input distribution of training batches
     out_group: Any = None  # the trainer thread's: output distribution and its backward
     dp_group: Any = None  # the trainer thread's: replicated tables' gradients
-    rank_rank_bytes: dict[str, int] = field(default_factory=lambda: {"sent": 0})
+    # this rank's collectives: bytes sent to other ranks, and time spent in them
+    comm: dict[str, float] = field(default_factory=lambda: {"sent_bytes": 0, "wait_ms": 0.0})
     owns_default: bool = False  # this World joined the default group (and leaves it on close)
 
     @property
@@ -52,8 +53,9 @@ class World:
         """Rank 0: the one that writes metrics, TensorBoard and the progress bar."""
         return self.rank == 0
 
-    def count_sent(self, nbytes: int) -> None:
-        self.rank_rank_bytes["sent"] += int(nbytes)
+    def count(self, nbytes: int, ms: float) -> None:
+        self.comm["sent_bytes"] += int(nbytes)
+        self.comm["wait_ms"] += ms
 
     def close(self) -> None:
         """Leave the side groups, and the default group if this World joined it."""

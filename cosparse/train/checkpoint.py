@@ -73,23 +73,29 @@ def save_checkpoint(
                 f.flush()
                 os.fsync(f.fileno())
         extra = before_commit() if before_commit is not None else {}
-        meta = {
-            **extra,
-            "format_version": FORMAT_VERSION,
-            "step": state.step,
-            "epoch": state.epoch,
-            "batch_in_epoch": state.batch_in_epoch,
-            "tables": sorted(tables),
-            "config": config,
-        }
-        with open(tmp / "meta.json", "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(tmp)
+        write_meta(tmp, {**extra, "step": state.step, "epoch": state.epoch,
+                         "batch_in_epoch": state.batch_in_epoch, "tables": sorted(tables),
+                         "config": config})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    commit_checkpoint(root, tmp, final, keep)
+    return final
+
+
+def write_meta(tmp: Path, meta: dict[str, Any]) -> None:
+    """``meta.json`` (with the format version) into a checkpoint being written, fsynced, and
+    the directory's entries with it."""
+    with open(tmp / "meta.json", "w", encoding="utf-8") as f:
+        json.dump({**meta, "format_version": FORMAT_VERSION}, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(tmp)
+
+
+def commit_checkpoint(root: Path, tmp: Path, final: Path, keep: int) -> None:
+    """Rename the written ``tmp`` into ``final``, point LATEST at it, and keep the newest
+    ``keep`` checkpoints."""
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -104,7 +110,6 @@ def save_checkpoint(
     for p in old[: max(0, len(old) - keep)]:
         if p != final:  # (a fresh run's first save into a directory of later steps)
             shutil.rmtree(p, ignore_errors=True)
-    return final
 
 
 def checkpoints(root: str | Path) -> list[Path]:

@@ -45,6 +45,7 @@ from cosparse.train.checkpoint import (
     load_checkpoint,
     ps_metas,
     read_meta,
+    resolve_checkpoint,
     save_checkpoint,
 )
 from cosparse.train.dense import make_dense_optimizer, pick_device
@@ -59,6 +60,12 @@ from cosparse.train.leftovers import sweep_dead_runs
 from cosparse.train.metrics import IntervalCounters, IntervalStats, MetricsSink
 from cosparse.train.nonfinite import NonFiniteLoss
 from cosparse.train.prefetch import Prefetcher
+from cosparse.train.sharded_checkpoint import (
+    load_sharded_dense,
+    load_sharded_rows,
+    my_shards,
+    save_sharded,
+)
 from cosparse.train.sizing import SizingReport, describe, measure_dense_bytes, size_tiers
 
 
@@ -188,11 +195,16 @@ class Trainer:
         self.progress.beat(f"checkpoint at step {step}: exporting rows")
         on_ps = self.path.rows_on_ps
         try:
-            path = save_checkpoint(
-                ck.dir, self.state, dense,  # type: ignore[arg-type]
-                self.ec.export_rows(skip_ps=on_ps), dataclasses.asdict(self.cfg), keep=ck.keep,
-                before_commit=snapshot_ps if on_ps else None,
-            )
+            if self.ranks:  # every rank its shards, through DCP, committed by rank 0
+                path = save_sharded(ck.dir, self.state, self.train_model,  # type: ignore[arg-type]
+                                    self.dense_opt, self.ec, dataclasses.asdict(self.cfg),
+                                    ck.keep)
+            else:
+                path = save_checkpoint(
+                    ck.dir, self.state, dense,  # type: ignore[arg-type]
+                    self.ec.export_rows(skip_ps=on_ps), dataclasses.asdict(self.cfg),
+                    keep=ck.keep, before_commit=snapshot_ps if on_ps else None,
+                )
         except OSError as e:  # disk full, quota, I/O error: nothing of this save is committed
             raise CheckpointError(
                 f"writing the checkpoint of step {step} under {ck.dir} failed: "
@@ -206,7 +218,11 @@ class Trainer:
             self.path.prune(metas)
 
     def resume(self, path: str) -> None:
-        ps_meta = read_meta(path).get("ps")
+        meta = read_meta(path)
+        if self.ranks is not None or "sharded" in meta:  # another layout: reshard the rows
+            self._resume_resharded(resolve_checkpoint(path), meta)
+            return
+        ps_meta = meta.get("ps")
         if ps_meta is not None:
             try:
                 rebuilt = self.path.restore(ps_meta)
@@ -223,6 +239,36 @@ class Trainer:
         self.state = state
         self.resumed = True
         self.log(f"resumed from {path}: step {state.step}, epoch {state.epoch}")
+
+    def _resume_resharded(self, ck: Any, meta: dict[str, Any]) -> None:
+        """Resume from a checkpoint of any world size and sharding: each table this process
+        holds is merged from the saved layout, and this process keeps its part."""
+        if meta.get("ps"):
+            raise CheckpointError(f"{ck}: its rows are in PS snapshots, which resume on one "
+                                  "process only")
+        held = [t.name for t in self.shard_cfg.tables]
+        if "sharded" in meta:
+            whole = load_sharded_rows(ck, meta, self.cfg.tables, held)
+            load_sharded_dense(ck, self.train_model, self.dense_opt)
+        else:  # one process's checkpoint, onto many ranks
+            if self.cfg.parallel.dense != "ddp":
+                raise CheckpointError(f"{ck}: a one-process checkpoint resumes on many ranks "
+                                      "with parallel.dense ddp")
+            _, dense, whole, _ = load_checkpoint(ck)
+            self.model.load_state_dict(dense["model"])
+            self.dense_opt.load_state_dict(dense["optimizer"])
+        step = int(meta["step"])
+        if self.ranks:
+            rank = self.ranks.world.rank
+            self.ec.inner.load_rows(my_shards(whole, self.cfg.tables, self.ranks.plan, rank),
+                                    step)
+        else:
+            self.ec.load_rows(whole, step)
+        self.state = TrainState(step, int(meta["epoch"]), int(meta["batch_in_epoch"]))
+        self.resumed = True
+        saved = meta.get("sharded", {}).get("world_size", 1)
+        self.log(f"resumed from {ck}: step {step}, epoch {self.state.epoch} (saved on {saved} "
+                 f"rank(s), resharded onto {self.ranks.world.size if self.ranks else 1})")
 
     # --- training -----------------------------------------------------------------------------
     def _train_step(self, prepared: PreparedBatch) -> float:
@@ -389,7 +435,7 @@ class Trainer:
             rec[f"unique_ids.{name}"] = n
         rec.update(self.interval_counters.take(self.wire_bytes))
         if self.ranks:
-            rec.update(self._rank_rank_bytes(stats.steps))
+            rec.update(self._rank_rank(stats.steps))
         self.sink.write(rec)
         if bar is not None:
             bar.set_postfix(loss=f"{rec['loss']:.4f}", samples_s=f"{rec['samples_per_s']:,.0f}")
@@ -401,15 +447,20 @@ class Trainer:
         stats.reset()
         return rec
 
-    def _rank_rank_bytes(self, steps: int) -> dict[str, float]:
-        """Bytes all ranks sent each other since the last interval (summed over ranks)."""
+    def _rank_rank(self, steps: int) -> dict[str, float]:
+        """Since the last interval: the bytes all ranks sent each other (summed over ranks),
+        and the slowest rank's time in the collectives per step."""
         world = self.ranks.world  # type: ignore[union-attr]
-        sent = torch.tensor([float(world.rank_rank_bytes["sent"])], dtype=torch.float64)
+        sent = torch.tensor([float(world.comm["sent_bytes"])], dtype=torch.float64)
         torch.distributed.all_reduce(sent)
-        total = float(sent)
-        delta = total - getattr(self, "_rank_rank_seen", 0.0)
-        self._rank_rank_seen = total
-        return {"bytes.rank_rank": delta, "bytes.rank_rank_per_step": delta / max(1, steps)}
+        wait = torch.tensor([world.comm["wait_ms"]], dtype=torch.float64)
+        torch.distributed.all_reduce(wait, op=torch.distributed.ReduceOp.MAX)
+        seen = getattr(self, "_comm_seen", (0.0, 0.0))
+        self._comm_seen = (float(sent), float(wait))
+        n = max(1, steps)
+        return {"bytes.rank_rank": float(sent) - seen[0],
+                "bytes.rank_rank_per_step": (float(sent) - seen[0]) / n,
+                "collectives_ms_per_step": (float(wait) - seen[1]) / n}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
