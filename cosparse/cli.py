@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from cosparse.config import load_config
+from cosparse.config import ConfigError, load_config
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -61,15 +61,57 @@ def _capacities(text: str) -> list[float]:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    if args.sharding:
+        return _plan_sharding(args)
+    if args.steps is None:
+        raise ConfigError("cosparse plan: --steps is required (batches of the trace to replay)")
     from cosparse.tune.run import run_plan
 
     def body() -> int:
         cfg = load_config(args.config, {"data.path": args.data} if args.data else {})
-        run_plan(cfg, args.steps, args.out, args.capacities, args.lookahead, args.decay,
+        run_plan(cfg, args.steps, args.out or "runs/plan", args.capacities, args.lookahead, args.decay,
                  progress=not args.no_progress, config_path=str(args.config))
         return 0
 
     return body()
+
+
+def _plan_sharding(args: argparse.Namespace) -> int:
+    """The sharding planner on paper: statistics from the config's reader, the world given."""
+    import itertools
+
+    from cosparse.parallel.engine import make_plan
+    from cosparse.train.inputs import model_inputs
+
+    overrides: dict[str, object] = {"data.path": args.data} if args.data else {}
+    if args.link_gbps is not None:
+        overrides["parallel.link_gbps"] = args.link_gbps
+    cfg = load_config(args.config, overrides)
+    per_node = args.ranks_per_node or cfg.parallel.ranks_per_node or min(args.ranks, 8)
+    if args.ranks < 1 or args.ranks % per_node:
+        raise ConfigError(f"--ranks {args.ranks}: not a whole number of nodes of {per_node} ranks")
+    reader = model_inputs(cfg).train
+    tasks = reader.tasks()
+    probe = [reader.build(t) for t in itertools.islice(tasks, args.steps or 50)]
+    if hasattr(tasks, "close"):
+        tasks.close()
+    plan = make_plan(cfg, probe, args.ranks, per_node)
+    print(f"from {len(probe)} batches of {cfg.data.batch_size} samples")
+    print(plan.describe())
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        cost = plan.cost
+        doc = {"world_size": plan.world_size, "ranks_per_node": plan.ranks_per_node,
+               "tables": {n: {"kind": s.kind, "owners": list(s.owners),
+                              "chosen_by": plan.chosen_by.get(n)} for n, s in plan.tables.items()},
+               "predicted": None if cost is None else {
+                   "link_bytes_per_step": cost.link_bytes, "sent_bytes_per_rank": cost.sent_bytes,
+                   "held_bytes_per_rank": cost.held_bytes, "busiest_rank_s": cost.seconds,
+                   "link_gbps": cost.link_gbps}}
+        (out / "sharding.json").write_text(json.dumps(doc, indent=1))
+        print(f"wrote {out / 'sharding.json'}")
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -290,8 +332,19 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="replay the ID trace and simulate device-cache hit rates")
     pl.add_argument("--config", required=True)
     pl.add_argument("--data", default=None, help="override data.path")
-    pl.add_argument("--steps", type=int, required=True, help="batches of the trace to replay")
-    pl.add_argument("--out", default="runs/plan", help="directory for plan.json and plan.png")
+    pl.add_argument("--steps", type=int, default=None,
+                    help="batches of the trace to replay (--sharding: the statistics' batches, "
+                         "default 50)")
+    pl.add_argument("--out", default=None,
+                    help="directory for plan.json and plan.png (default runs/plan), or, with "
+                         "--sharding, sharding.json (default: print only)")
+    pl.add_argument("--sharding", action="store_true",
+                    help="plan the tables' sharding over --ranks instead of the cache")
+    pl.add_argument("--ranks", type=int, default=2, help="--sharding: the world size")
+    pl.add_argument("--ranks-per-node", type=int, default=None,
+                    help="--sharding: ranks per node (default parallel.ranks_per_node, or 8)")
+    pl.add_argument("--link-gbps", type=float, default=None,
+                    help="--sharding: rank-to-rank link bandwidth (default parallel.link_gbps)")
     pl.add_argument("--capacities", type=_capacities, default=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5],
                     help="fractions of each table's distinct IDs (values > 1: rows)")
     pl.add_argument("--lookahead", type=int, default=4, help="window of lookahead-k (0: off)")

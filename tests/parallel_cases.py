@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from cosparse.config import config_from_mapping
 from cosparse.train.trainer import Trainer
@@ -26,8 +27,9 @@ def main(cases_path: str, out_dir: str) -> None:
             trainer.run(evaluate=False)
             rows = trainer.ec.inner.export_rows()
             torch.save({"rows": rows, "losses": trainer.losses,
-                        "dense": {k: v.detach().clone() for k, v in
-                                  trainer.model.state_dict().items()},
+                        "dense": get_model_state_dict(  # whole tensors, also under FSDP2
+                            trainer.train_model,
+                            options=StateDictOptions(full_state_dict=True, cpu_offload=True)),
                         "plan": trainer.ranks.plan, "comm": trainer.ranks.world.comm},
                        Path(out_dir) / f"{case['name']}.rank{rank}.pt")
         finally:

@@ -24,9 +24,14 @@ import numpy as np
 import pytest
 import torch
 
-from cosparse.config import config_from_mapping
+from cosparse.batch import SparseBatch
+from cosparse.cli import main as cli_main
+from cosparse.config import ConfigError, config_from_mapping
+from cosparse.parallel.data import balanced_sizes, local_part
+from cosparse.parallel.planner import plan_sharding
 from cosparse.parallel.reshard import merge_shards, split_table
 from cosparse.parallel.shards import row_owner, sharding_of
+from cosparse.parallel.types import TableStats
 from cosparse.train.trainer import Trainer
 from tests.proctree import descendants, wait_gone
 
@@ -63,8 +68,37 @@ def every(kind: str) -> dict[str, str]:
     return {"lo": kind, "mid": kind, "hi": kind}
 
 
+def din(sharding: dict[str, str]) -> dict:
+    """DIN over behaviour sequences (unpooled tables), dense frozen."""
+    rwa = {"kind": "rowwise_adagrad", "lr": 0.1}
+    return {
+        "data": {"reader": "synthetic_sequences", "batch_size": 128, "workers": 0,
+                 "events": {"synthetic": {"seq_len": 20, "vocab_size": 3000, "num_cates": 50,
+                                          "num_users": 500, "num_batches": 30}}},
+        "model": {"kind": "din",
+                  "din": {"pairs": [["target_item", "hist_item"], ["target_cate", "hist_cate"]],
+                          "attention": [16, 8], "mlp": [16, 8]},
+                  "dense_optimizer": {"kind": "adam", "lr": 0.0}},
+        "tables": [
+            {"name": "item", "dim": 8, "features": ["target_item", "hist_item"],
+             "pooling": "none", "optimizer": rwa},
+            {"name": "cate", "dim": 8, "features": ["target_cate", "hist_cate"],
+             "pooling": "none", "optimizer": {"kind": "adagrad", "lr": 0.1}},
+            {"name": "user", "dim": 4, "features": ["user"], "optimizer": rwa},
+            {"name": "btag", "dim": 4, "features": ["hist_btag"], "pooling": "mean",
+             "optimizer": rwa},
+        ],
+        "train": {"steps": 8, "log_every": 8, "progress": False, "threads": 1},
+        "supply": {"lookahead": 1},
+        "parallel": {"sharding": sharding},
+    }
+
+
 # name -> (config, exact): exact cases must match one process bit for bit
 CASES = {
+    # sequences: a row-wise unpooled table sends rows per ID (no partial sums), so it is exact
+    "din_sequences": (din({"item": "row_wise", "cate": "column_wise", "user": "data_parallel",
+                           "btag": "table_wise"}), True),
     "table_wise": (base(every("table_wise"), 0.0), True),
     "column_wise": (base({"lo": "column_wise", "mid": "column_wise", "hi": "table_wise"}, 0.0),
                     True),
@@ -74,6 +108,9 @@ CASES = {
     "row_wise": (base(every("row_wise"), 0.05), False),
     "table_row_wise": (base(every("table_row_wise"), 0.05), False),
     "table_wise_dense_training": (base(every("table_wise"), 0.05), False),
+    # FSDP2 once summed where it should have averaged (pytorch#162338): the weights tell
+    "fsdp2_dense_training": (base(every("table_wise"), 0.05, parallel={
+        "sharding": every("table_wise"), "dense": "fsdp2"}), False),
     "planner_chooses": (base({}, 0.05), False),
 }
 
@@ -237,6 +274,19 @@ def test_a_two_rank_checkpoint_resumes_on_one_process(two_ranks):
     _compare("reshard_2_on_1", got, _long_reference(), base({}, 0.0), exact=True)
 
 
+def test_ids_balanced_split_is_contiguous_and_evens_out_long_histories():
+    lens = torch.tensor([100, 1, 1, 1, 1, 1, 1, 1] + [5] * 8)  # feature a, then feature b
+    batch = SparseBatch(["a", "b"], torch.arange(int(lens.sum())), lens, torch.zeros(8, 1),
+                        torch.arange(8, dtype=torch.float32))
+    assert balanced_sizes(batch, 2) == [1, 7]  # 105 IDs against 42
+    parts = [local_part(batch, r, 3, "ids") for r in range(3)]
+    assert [p.batch_size for p in parts] == balanced_sizes(batch, 3)
+    assert torch.equal(torch.cat([p.labels for p in parts]), batch.labels)
+    for k in ("a", "b"):
+        ids = torch.cat([p.feature(k)[0] for p in parts])
+        assert torch.equal(ids, batch.feature(k)[0])
+
+
 def test_row_owner_is_a_pure_function_of_the_key():
     keys = np.arange(10_000, dtype=np.int64) * 7919
     a, b = row_owner(keys, 3), row_owner(keys.copy(), 3)
@@ -256,3 +306,40 @@ def test_split_then_merge_gives_the_table_back(kind):
     back = merge_shards(cfg, s, parts)
     np.testing.assert_array_equal(back["ids"], whole["ids"])
     np.testing.assert_array_equal(back["rows"], whole["rows"])
+
+
+# --- the sharding planner -----------------------------------------------------------------------
+def _stats(rows: int, dim: int = 8) -> TableStats:
+    return TableStats(rows=rows, row_bytes=4 * (dim + 1), dim=dim, features=2,
+                      ids_per_sample=4.0, unique_per_batch=500.0, pooled=True)
+
+
+def test_planner_keeps_pins_and_fits_the_budget():
+    cfg = config_from_mapping(base({}, 0.0))
+    stats = {"lo": _stats(1_000), "mid": _stats(4_000_000), "hi": _stats(2_000_000)}
+    plan = plan_sharding(cfg.tables, stats, 1024, 4, 4, {"hi": "column_wise"}, 100.0,
+                         device_budget=None, host_budget=100 * 2**20, replicate_below=2**20)
+    assert plan.tables["hi"].kind == "column_wise" and plan.chosen_by["hi"] == "pinned"
+    # 'lo' (36 KB) stays whole, on one rank or on every rank; a table above
+    # replicate_below_bytes is never replicated
+    assert plan.tables["lo"].kind in ("table_wise", "data_parallel")
+    assert "data_parallel" not in (plan.tables["mid"].kind, plan.tables["hi"].kind)
+    # 'mid' (4M rows x 36 B = 137 MiB) fits no single rank's 100 MiB: spread over the ranks
+    assert plan.tables["mid"].kind in ("row_wise", "column_wise")
+    assert max(plan.cost.held_bytes) <= 100 * 2**20
+    with pytest.raises(ConfigError, match="parallel.sharding.mid: table_wise does not fit"):
+        plan_sharding(cfg.tables, stats, 1024, 4, 4, {"mid": "table_wise"}, 100.0,
+                      device_budget=None, host_budget=100 * 2**20, replicate_below=2**20)
+
+
+def test_plan_sharding_command_prints_and_writes_the_plan(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    raw = base({"hi": "row_wise"}, 0.0)
+    cfg.write_text(json.dumps(raw))
+    assert cli_main(["plan", "--sharding", "--ranks", "64", "--link-gbps", "100", "--config",
+                     str(cfg), "--steps", "3", "--out", str(tmp_path / "p")]) == 0
+    said = capsys.readouterr().out
+    assert "sharding over 64 rank(s) (8 per node)" in said and "hi: row_wise" in said
+    doc = json.loads((tmp_path / "p" / "sharding.json").read_text())
+    assert doc["world_size"] == 64 and doc["tables"]["hi"]["chosen_by"] == "pinned"
+    assert len(doc["predicted"]["sent_bytes_per_rank"]) == 64

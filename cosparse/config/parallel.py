@@ -22,6 +22,9 @@ class ParallelConfig:
     ranks_per_node: int | None = None
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on CUDA, else gloo
     dense: Literal["ddp", "fsdp2"] = "ddp"
+    # how each global batch is split over the ranks (contiguous either way): equal samples, or
+    # equal IDs (long sequences); auto: ids when a table is unpooled (behaviour sequences)
+    balance: Literal["auto", "samples", "ids"] = "auto"
     # per-table sharding pins, {table: kind}; the sharding planner chooses for the others
     sharding: dict[str, ShardingKind] = field(default_factory=dict)
     # what the planner prices: the rank-to-rank link, and the budgets of one rank

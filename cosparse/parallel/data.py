@@ -1,6 +1,10 @@
 """The data split by global sample order: rank r trains samples [start_r, start_r + size_r) of
 every global batch, so the global batch (and the order of its samples) is the same at every
-world size."""
+world size.
+
+The shares are equal in samples, or (``balance: ids``, for long behaviour sequences) equal in
+IDs: a rank whose samples hold 10,000-event histories gets fewer of them, so it does not stall
+the others. Either way the split is contiguous, so results do not depend on it."""
 
 from __future__ import annotations
 
@@ -19,10 +23,26 @@ def split_sizes(batch_size: int, world: int) -> list[int]:
     return [q + (i < r) for i in range(world)]
 
 
-def local_part(batch: SparseBatch, rank: int, world: int) -> SparseBatch:
+def balanced_sizes(batch: SparseBatch, world: int) -> list[int]:
+    """Each rank's share of a global batch, contiguous, with about as many IDs each (every
+    rank keeps a sample at least, when there are enough)."""
+    b = batch.batch_size
+    if not batch.keys or b < world:
+        return split_sizes(b, world)
+    per_sample = batch.lengths.numpy().reshape(len(batch.keys), b).sum(axis=0)
+    ends = np.cumsum(per_sample)
+    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, world) / world, side="left") + 1
+    cuts = np.clip(cuts, np.arange(1, world), b - world + np.arange(1, world))
+    cuts = np.maximum.accumulate(cuts)
+    edges = np.concatenate([[0], cuts, [b]])
+    return np.diff(edges).astype(int).tolist()
+
+
+def local_part(batch: SparseBatch, rank: int, world: int, balance: str = "samples"
+               ) -> SparseBatch:
     """This rank's samples of the global ``batch``, every feature's bags and the dense rows."""
     b = batch.batch_size
-    sizes = split_sizes(b, world)
+    sizes = balanced_sizes(batch, world) if balance == "ids" else split_sizes(b, world)
     s0 = sum(sizes[:rank])
     s1 = s0 + sizes[rank]
     lengths, offsets = batch.lengths.numpy(), batch.offsets.numpy()
@@ -43,6 +63,7 @@ def local_part(batch: SparseBatch, rank: int, world: int) -> SparseBatch:
     )
 
 
-def local_parts(batches: Iterable[SparseBatch], rank: int, world: int) -> Iterator[SparseBatch]:
+def local_parts(batches: Iterable[SparseBatch], rank: int, world: int,
+                balance: str = "samples") -> Iterator[SparseBatch]:
     for batch in batches:
-        yield local_part(batch, rank, world)
+        yield local_part(batch, rank, world, balance)

@@ -30,10 +30,24 @@ def dense_parallel(model: nn.Module, kind: str, world: World, device: torch.devi
         return ddp
     from torch.distributed.fsdp import fully_shard
 
-    for child in model.children():  # every dense submodule its own FSDP unit, then the root
-        if any(p.requires_grad for p in child.parameters()):
-            fully_shard(child)
-            child.set_gradient_divide_factor(1.0)
-    fully_shard(model)
-    model.set_gradient_divide_factor(1.0)
+    units = [c for c in model.children() if any(p.requires_grad for p in c.parameters())]
+    for unit in [*units, model]:  # every dense submodule its own FSDP unit, then the root
+        fully_shard(unit)
+        if world.backend == "nccl":  # (gloo has no PREMUL_SUM: see sum_fsdp2_gradients)
+            unit.set_gradient_divide_factor(1.0)
     return model
+
+
+def sum_fsdp2_gradients(optimizer: torch.optim.Optimizer, kind: str, world: World) -> None:
+    """On gloo, FSDP2 averages its reduce-scatter (gloo has no pre-scaled sum); multiply the
+    averaged gradient shards back by the world size before each dense step."""
+    if kind != "fsdp2" or world.backend == "nccl":
+        return
+
+    def scale(opt: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(world.size)
+
+    optimizer.register_step_pre_hook(scale)

@@ -32,6 +32,7 @@ class RankSetup:
     world: World
     plan: ShardingPlan
     shard_cfg: Config  # the run's config with this rank's shards as its tables
+    balance: str = "samples"  # how global batches split over the ranks (``parallel.data``)
 
 
 def make_plan(cfg: Config, probe: list[SparseBatch], world_size: int,
@@ -65,4 +66,7 @@ def start_rank(cfg: Config, device: torch.device, probe: Callable[[], list[Spars
     if world.leader:
         log(plan.describe())
     shard_cfg = dataclasses.replace(cfg, tables=rank_tables(plan, cfg.tables, world.rank))
-    return RankSetup(world, plan, shard_cfg)
+    balance = cfg.parallel.balance
+    if balance == "auto":
+        balance = "ids" if any(t.pooling == "none" for t in cfg.tables) else "samples"
+    return RankSetup(world, plan, shard_cfg, balance)

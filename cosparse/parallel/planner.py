@@ -106,7 +106,7 @@ def plan_sharding(tables: list[TableConfig], stats: Mapping[str, TableStats], ba
         chosen[t.name] = best[2]
         sent += sent_bytes(best[2], st, batch, world)
         held += held_bytes(best[2], st, world)
-    cost = PlanCost({"rank_rank": float(sent.sum())}, held.tolist(), held.tolist(),
-                    float(sent.max() / bps))
+    cost = PlanCost({"rank_rank": float(sent.sum())}, sent.tolist(), held.tolist(),
+                    float(sent.max() / bps), link_gbps)
     return ShardingPlan(world, ranks_per_node, {t.name: chosen[t.name] for t in tables}, cost,
                         {t.name: "pinned" if t.name in pins else "planner" for t in tables})

@@ -42,9 +42,10 @@ class PlanCost:
     ranks), and bytes held per rank."""
 
     link_bytes: dict[str, float] = field(default_factory=dict)  # rank_rank, ...
-    device_bytes: list[float] = field(default_factory=list)  # per rank
-    host_bytes: list[float] = field(default_factory=list)  # per rank
+    sent_bytes: list[float] = field(default_factory=list)  # per rank, to other ranks
+    held_bytes: list[float] = field(default_factory=list)  # per rank: its shards' rows
     seconds: float = 0.0  # the link time of the busiest rank: what the planner minimises
+    link_gbps: float = 0.0
 
 
 @dataclass
@@ -65,8 +66,11 @@ class ShardingPlan:
         if self.cost is not None:
             c = self.cost
             links = ", ".join(f"{k} {v / 1e6:,.3f} MB" for k, v in c.link_bytes.items())
-            lines.append(f"  predicted per step: {links}; device bytes per rank "
-                         f"{[round(b / 2**20, 2) for b in c.device_bytes]} MiB")
+            lines.append(f"  predicted per step: {links} in all; the busiest rank sends "
+                         f"{max(c.sent_bytes) / 1e6:,.3f} MB ({c.seconds * 1e3:,.2f} ms at "
+                         f"{c.link_gbps:g} Gbit/s)")
+            lines.append(f"  rows held per rank: {min(c.held_bytes) / 2**20:,.2f} to "
+                         f"{max(c.held_bytes) / 2**20:,.2f} MiB")
         return "\n".join(lines)
 
 

@@ -31,7 +31,7 @@ from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.models import build_model
 from cosparse.nn.types import PreparedBatch
 from cosparse.parallel.data import local_parts
-from cosparse.parallel.dense import dense_parallel
+from cosparse.parallel.dense import dense_parallel, sum_fsdp2_gradients
 from cosparse.parallel.engine import RankSetup, start_rank
 from cosparse.parallel.loss import global_bce
 from cosparse.parallel.sharded import ShardedEmbeddingCollection
@@ -115,6 +115,8 @@ class Trainer:
             self.train_model = dense_parallel(self.model, cfg.parallel.dense, self.ranks.world,
                                               self.device) if self.ranks else self.model
             self.dense_opt = make_dense_optimizer(cfg, list(self.train_model.parameters()))
+            if self.ranks:
+                sum_fsdp2_gradients(self.dense_opt, cfg.parallel.dense, self.ranks.world)
             leader = self.ranks is None or self.ranks.world.leader  # one rank writes metrics
             self.sink = MetricsSink(cfg.train.metrics_json if leader else None,
                                     cfg.train.tensorboard_dir if leader else None)
@@ -389,7 +391,8 @@ class Trainer:
         """This rank's samples of each global batch (all of them on one process)."""
         if self.ranks is None:
             return batches
-        return local_parts(batches, self.ranks.world.rank, self.ranks.world.size)
+        return local_parts(batches, self.ranks.world.rank, self.ranks.world.size,
+                           self.ranks.balance)
 
     def _one_step(self, prepared: PreparedBatch, prefetch: Prefetcher, stats: IntervalStats,
                   bar: tqdm, total: int) -> dict[str, Any] | None:
