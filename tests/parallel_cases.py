@@ -24,13 +24,15 @@ def main(cases_path: str, out_dir: str) -> None:
         try:
             if case.get("resume"):
                 trainer.resume(case["resume"])
-            trainer.run(evaluate=False)
-            rows = trainer.ec.inner.export_rows()
+            final = trainer.run(evaluate=False)
+            inner = getattr(trainer.ec, "inner", trainer.ec)  # (architecture A: not sharded)
+            rows = inner.export_rows()
             torch.save({"rows": rows, "losses": trainer.losses,
                         "dense": get_model_state_dict(  # whole tensors, also under FSDP2
                             trainer.train_model,
                             options=StateDictOptions(full_state_dict=True, cpu_offload=True)),
-                        "plan": trainer.ranks.plan, "comm": trainer.ranks.world.comm},
+                        "plan": trainer.ranks.plan, "comm": trainer.ranks.world.comm,
+                        "final": final},
                        Path(out_dir) / f"{case['name']}.rank{rank}.pt")
         finally:
             trainer.close()

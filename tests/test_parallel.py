@@ -26,7 +26,7 @@ import torch
 
 from cosparse.batch import SparseBatch
 from cosparse.cli import main as cli_main
-from cosparse.config import ConfigError, config_from_mapping
+from cosparse.config import ConfigError, config_from_mapping, switch_preset
 from cosparse.parallel.data import balanced_sizes, local_part
 from cosparse.parallel.planner import plan_sharding
 from cosparse.parallel.reshard import merge_shards, split_table
@@ -185,6 +185,21 @@ RESHARD_3 = base({"lo": "row_wise", "mid": "column_wise", "hi": "table_wise"}, 0
 LONG = 12
 
 
+def arch(preset: str, sharding: dict[str, str]) -> dict:
+    """Architecture A or B over one shared PS (rank 0's embedded shards), a data worker per
+    rank; B's tables row-wise, so that each row has one owner, which alone pulls it."""
+    raw = base({}, 0.05, store={"device": {"rows": 1200}, "host": {"rows": 2500},
+                                "remote": {"num_shards": 2}})
+    raw["data"]["workers"] = 1
+    raw["train"].update(steps=8, log_every=8)
+    out = switch_preset(raw, preset)
+    out["parallel"] = {"sharding": sharding}
+    return out
+
+
+AB = {"arch_a": arch("arch-a", {}), "arch_b": arch("arch-b", every("row_wise"))}
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """The 2-rank torchrun of every case (checkpoint cases included), then the 3-rank one."""
@@ -199,7 +214,8 @@ def two_ranks(tmp_path_factory):
         {"name": "reshard_2_on_2", "config": _ckpt(RESHARD_2, tmp / "x2", LONG),
          "resume": str(tmp / "two")},
     ]
-    _torchrun(2, cases, tmp, 150)
+    cases += [{"name": n, "config": c} for n, c in AB.items()]
+    _torchrun(2, cases, tmp, 170)
     _torchrun(3, [{"name": "reshard_2_on_3", "config": _ckpt(RESHARD_3, tmp / "x3", LONG),
                    "resume": str(tmp / "two")}], tmp, 90)
     return tmp
@@ -272,6 +288,31 @@ def test_a_two_rank_checkpoint_resumes_on_one_process(two_ranks):
     got = _one_process(_ckpt(base(every("table_wise"), 0.0), two_ranks / "y1", LONG),
                        resume=two_ranks / "two")
     _compare("reshard_2_on_1", got, _long_reference(), base({}, 0.0), exact=True)
+
+
+def _ps_bytes(final: dict) -> float:
+    return sum(final.get(k) or 0.0 for k in ("bytes.trainer_ps.pull", "bytes.trainer_ps.push",
+                                              "bytes.worker_ps"))
+
+
+def test_architectures_a_and_b_on_two_ranks_over_one_ps(two_ranks):
+    """A: each rank pulls its own samples' rows, so a row both ranks need crosses the PS link
+    twice; B with row ownership: its owner's data worker alone brings it. Bytes are summed over
+    the ranks (rank 0's metrics); B trains the rows one process would, within row-wise's
+    tolerance."""
+    a = [torch.load(two_ranks / f"arch_a.rank{r}.pt", weights_only=False) for r in range(2)]
+    b = [torch.load(two_ranks / f"arch_b.rank{r}.pt", weights_only=False) for r in range(2)]
+    assert a[0]["plan"] is None and b[0]["plan"].tables["lo"].kind == "row_wise"
+    fa, fb = a[0]["final"], b[0]["final"]
+    assert fa["bytes.trainer_ps.pull"] > 0 and fb["bytes.worker_ps"] > 0
+    assert fb["delivered_rows"] > 0  # the workers delivered rows
+    ratio = _ps_bytes(fb) / _ps_bytes(fa)
+    print(f"PS bytes over 2 ranks, B / A: {ratio:.3f} (A {_ps_bytes(fa):,.0f}, "
+          f"B {_ps_bytes(fb):,.0f}, B rank-rank {fb['bytes.rank_rank']:,.0f})")
+    assert ratio < 1.0
+    cfg = AB["arch_b"]
+    _compare("arch_b", _merged("arch_b", two_ranks, cfg), _one_process(base({}, 0.05) | {
+        "train": cfg["train"]}), cfg, exact=False)
 
 
 def test_ids_balanced_split_is_contiguous_and_evens_out_long_histories():

@@ -109,6 +109,7 @@ BOUNDS: dict[str, Bound] = {
     "tables[*].init.high": FINITE,
     "tables[*].init.std": AT_LEAST_0,
     "tables[*].column_offset": AT_LEAST_0,
+    "tables[*].rows_of[*]": AT_LEAST_0,
     # model
     "model.bottom[*]": WIDTH,
     "model.top[*]": WIDTH,

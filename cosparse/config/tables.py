@@ -47,6 +47,9 @@ class TableConfig:
     # set by column-wise sharding (``cosparse.parallel``), never by hand: the whole row's column of
     # this shard's column 0, so that a shard's initial values are those columns of the whole row
     column_offset: int = 0
+    # set by row-wise sharding, never by hand: [shard, shards], this shard holds the rows whose
+    # row_owner (cosparse.store.dedup) is `shard` (a data worker delivers only those)
+    rows_of: list[int] | None = None
 
 
 def validate_tables(cfg: Config) -> None:

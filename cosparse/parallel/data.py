@@ -56,7 +56,9 @@ def local_part(batch: SparseBatch, rank: int, world: int, balance: str = "sample
         batch, values=torch.from_numpy(np.ascontiguousarray(vals)),
         lengths=torch.from_numpy(np.ascontiguousarray(lens)),
         dense=batch.dense[s0:s1], labels=batch.labels[s0:s1], _offsets=None,
-        prepared_ids=None, delivery=None,
+        prepared_ids=None,  # (the global batch's: this rank's shards are prepared anew)
+        # the rows this rank's workers delivered (architecture B) stay with the batch: they are
+        # its shards' rows of the global batch
         # the global batch's counts are the leader's to report, once
         bad_records=batch.bad_records if rank == 0 else 0,
         features_computed=batch.features_computed if rank == 0 else 0,

@@ -17,20 +17,29 @@ from cosparse.parallel.planner import plan_sharding
 from cosparse.parallel.shards import rank_tables
 from cosparse.parallel.stats import table_stats
 from cosparse.parallel.types import ShardingPlan
-from cosparse.parallel.world import World, start_world
+from cosparse.parallel.world import World, from_leader, start_world
 
-# what the many-rank engine does not run yet: each names its setting
+# what the many-rank engine does not run: each names its setting
 _NOT_YET = {
-    "supply.path": lambda c: c.supply.path != "resident",
     "models": lambda c: bool(c.models),
     "store.admit_after": lambda c: c.store.admit_after > 1,
+    # rows on the shared PS: its snapshots are one process's checkpoint (not the ranks' DCP)
+    "train.checkpoint (with a PS supply path)": lambda c: c.supply.path != "resident" and bool(
+        c.train.checkpoint.dir or c.train.checkpoint.every),
+    # a PS table holds whole rows: a column shard would need its own
+    "parallel.sharding (column_wise with a PS supply path)": lambda c: c.supply.path != "resident"
+    and "column_wise" in c.parallel.sharding.values(),
+    # architecture A pulls each rank's own rows: nothing is sharded across ranks
+    "parallel.sharding (with supply.path ps-direct)": lambda c: c.supply.path == "ps-direct"
+    and bool(c.parallel.sharding),
 }
 
 
 @dataclass
 class RankSetup:
     world: World
-    plan: ShardingPlan
+    # None: architecture A, every rank looks its own samples' rows up on the shared PS
+    plan: ShardingPlan | None
     shard_cfg: Config  # the run's config with this rank's shards as its tables
     balance: str = "samples"  # how global batches split over the ranks (``parallel.data``)
 
@@ -51,10 +60,17 @@ def start_rank(cfg: Config, device: torch.device, probe: Callable[[], list[Spars
     """Join torchrun's world and plan this rank's shards."""
     for key, unsupported in _NOT_YET.items():
         if unsupported(cfg):
-            raise ConfigError(f"{key}: not supported under torchrun with more than one rank yet "
-                              "(the parallel engine runs resident or tiered tables); run "
-                              "it on one process")
+            raise ConfigError(f"{key}: not supported under torchrun with more than one rank "
+                              "yet; run it on one process")
     world = start_world(cfg, device)
+    balance = cfg.parallel.balance
+    if balance == "auto":
+        balance = "ids" if any(t.pooling == "none" for t in cfg.tables) else "samples"
+    if cfg.supply.path == "ps-direct":
+        if world.leader:
+            log(f"architecture A on {world.size} ranks: every rank pulls its own samples' rows "
+                "from the shared PS and pushes their gradients")
+        return RankSetup(world, None, cfg, balance)
     try:  # rank 0 plans and every rank takes its plan: one plan, whatever each rank measured
         sent = [make_plan(cfg, probe(), world.size, world.ranks_per_node) if world.leader
                 else None]
@@ -66,7 +82,22 @@ def start_rank(cfg: Config, device: torch.device, probe: Callable[[], list[Spars
     if world.leader:
         log(plan.describe())
     shard_cfg = dataclasses.replace(cfg, tables=rank_tables(plan, cfg.tables, world.rank))
-    balance = cfg.parallel.balance
-    if balance == "auto":
-        balance = "ids" if any(t.pooling == "none" for t in cfg.tables) else "samples"
     return RankSetup(world, plan, shard_cfg, balance)
+
+
+def share_ps(setup: RankSetup, endpoints: list[str] | None, error: str | None = None
+             ) -> list[str]:
+    """One PS for all ranks: rank 0 started its shards and gives their ``endpoints`` (or the
+    ``error`` that stopped it); every other rank gets them here."""
+    got = from_leader(setup.world, (endpoints, error))
+    eps, err = got  # type: ignore[misc]
+    if err is not None:
+        raise RuntimeError(f"rank 0 could not start the PS shards: {err}")
+    return eps
+
+
+def reach_shared_ps(cfg: Config, endpoints: list[str]) -> Config:
+    """``cfg`` for a rank that reaches rank 0's shards instead of starting its own."""
+    remote = dataclasses.replace(cfg.store.remote, embedded=False, endpoints=list(endpoints),
+                                 discovery="config", data_dir=None)
+    return dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, remote=remote))

@@ -40,7 +40,11 @@ class GlobalBCE(torch.autograd.Function):
         return g[start : start + n], None, None, None
 
 
-def global_bce(logits: torch.Tensor, labels: torch.Tensor, sizes: list[int],
+def global_bce(logits: torch.Tensor, labels: torch.Tensor, sizes: list[int] | None,
                world: World) -> torch.Tensor:
-    """The mean binary cross-entropy of the global batch (``sizes``: each rank's samples)."""
+    """The mean binary cross-entropy of the global batch (``sizes``: each rank's samples;
+    None: asked of the ranks)."""
+    if sizes is None:
+        n = torch.tensor([logits.shape[0]], dtype=torch.int64)
+        sizes = _gather(n, [1] * world.size, world).tolist()
     return GlobalBCE.apply(logits, labels, sizes, world)

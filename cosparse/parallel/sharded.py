@@ -116,6 +116,7 @@ class ShardedEmbeddingCollection(nn.Module):
         def routed() -> Iterator[SparseBatch]:
             for batch in batches:
                 global_batch, routing = self._route(batch, self.world.ids_group)
+                global_batch.delivery = batch.delivery  # B: this rank's shards' cold rows
                 sent.append((batch, routing))
                 yield global_batch
 

@@ -9,25 +9,9 @@ import numpy as np
 
 from cosparse.config import TableConfig
 from cosparse.parallel.types import ShardingPlan, TableSharding
+from cosparse.store.dedup import row_owner
 
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def row_owner(keys: np.ndarray, owners: int) -> np.ndarray:
-    """The shard (0 .. owners-1) of each row key: splitmix64 of the key, modulo ``owners``.
-
-    A pure function of the key, so a dynamic vocabulary's new row has exactly one owner, the same
-    on every rank, in every run and after resharding."""
-    if owners == 1:
-        return np.zeros(keys.shape[0], dtype=np.int64)
-    with np.errstate(over="ignore"):
-        z = keys.astype(np.uint64, copy=True)
-        z ^= z >> np.uint64(30)
-        z *= _M1
-        z ^= z >> np.uint64(27)
-        z *= _M2
-        z ^= z >> np.uint64(31)
-    return (z % np.uint64(owners)).astype(np.int64)
+__all__ = ["column_ranges", "rank_tables", "row_owner", "shard_config", "sharding_of"]
 
 
 def column_ranges(dim: int, shards: int) -> tuple[tuple[int, int], ...]:
@@ -37,15 +21,18 @@ def column_ranges(dim: int, shards: int) -> tuple[tuple[int, int], ...]:
 
 
 def shard_config(cfg: TableConfig, sharding: TableSharding, rank: int) -> TableConfig:
-    """The table config of ``rank``'s shard: its columns, row keys already mapped by the sender
-    (``hash_size`` applied before routing), and sum pooling where the shard pools part of a
-    row-wise bag (the receiver divides a mean by the whole bag's length)."""
+    """The table config of ``rank``'s shard: its columns, its rows (``rows_of``: the row
+    keys whose ``row_owner`` is this shard), and sum pooling where the shard pools part of a
+    row-wise bag (the receiver divides a mean by the whole bag's length). ``hash_size`` stays:
+    the sender maps IDs to row keys already, and the mapping is idempotent."""
     c0, c1 = sharding.columns[sharding.owners.index(rank)]
     pooling = cfg.pooling
     if sharding.route == "hash" and pooling == "mean":
         pooling = "sum"
+    rows_of = [sharding.owners.index(rank), len(sharding.owners)] if sharding.route == "hash" \
+        else None
     return dataclasses.replace(cfg, dim=c1 - c0, column_offset=cfg.column_offset + c0,
-                               hash_size=None, pooling=pooling)
+                               pooling=pooling, rows_of=rows_of)
 
 
 def rank_tables(plan: ShardingPlan, tables: list[TableConfig], rank: int) -> list[TableConfig]:

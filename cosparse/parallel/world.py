@@ -69,6 +69,13 @@ class World:
             dist.destroy_process_group()
 
 
+def from_leader(world: World, value: object = None) -> object:
+    """Rank 0's ``value``, on every rank (the others pass nothing)."""
+    box = [value if world.leader else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def start_world(cfg: Config, device: torch.device) -> World:
     """Join the process group that torchrun's environment describes."""
     env = os.environ

@@ -40,4 +40,5 @@ def canonical_config(cfg: TableConfig) -> dict:
     d.pop("pooling", None)
     d.pop("policy", None)
     d.pop("num_embeddings", None)
+    d.pop("rows_of", None)  # which rank's shard asks (row-wise sharding): the rows are the same
     return d

@@ -3,7 +3,8 @@
 ``table_ids`` is a pure function of the batch, so it runs ahead of training on a background
 thread, or in a data worker (architecture B), whose result the trainer then uses as it is.
 ``map_ids`` is the one implementation of a table's ID mapping (the optional ``hash_size``
-modulo). Scratch buffers are reused across batches.
+modulo); ``row_owner`` names the shard that owns a row key under row-wise sharding.
+Scratch buffers are reused across batches.
 """
 
 from __future__ import annotations
@@ -77,6 +78,26 @@ def with_bags(unique: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, mean
 def map_ids(ids: np.ndarray, hash_size: int | None) -> np.ndarray:
     """A table's row keys for raw IDs: the optional modulo of ``hash_size``, else the IDs."""
     return ids if hash_size is None else np.remainder(ids, hash_size)
+
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def row_owner(keys: np.ndarray, owners: int) -> np.ndarray:
+    """The shard (0 .. owners-1) of each row key: splitmix64 of the key, modulo ``owners``.
+
+    A pure function of the key, so a dynamic vocabulary's new row has exactly one owner, the same
+    on every rank, in every run and after resharding."""
+    if owners == 1:
+        return np.zeros(keys.shape[0], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        z = keys.astype(np.uint64, copy=True)
+        z ^= z >> np.uint64(30)
+        z *= _M1
+        z ^= z >> np.uint64(27)
+        z *= _M2
+        z ^= z >> np.uint64(31)
+    return (z % np.uint64(owners)).astype(np.int64)
 
 
 def bag_offsets(lengths: np.ndarray, n_ids: int, pooling: str) -> np.ndarray:

@@ -15,6 +15,7 @@ import torch
 
 from cosparse.config import TableConfig
 from cosparse.store import kernels
+from cosparse.store.dedup import row_owner
 from cosparse.store.device_cache import DeviceCache
 from cosparse.store.resident import initial_rows
 from cosparse.store.sources import (
@@ -284,6 +285,9 @@ class TieredTable(DeviceCache):
             ids = np.concatenate([p[0] for p in parts])
             rows = np.concatenate([p[1] for p in parts])
             _, first = np.unique(ids, return_index=True)  # topmost copy wins
+            if self.cfg.rows_of:  # a row-wise shard over a shared PS: the rows it owns
+                shard, shards = self.cfg.rows_of
+                first = first[row_owner(ids[first], shards) == shard]
             device_ids = self.dev.slot_ids[self.dev.occupied_slots()]
             return {"ids": ids[first], "rows": rows[first], "device_ids": device_ids}
 

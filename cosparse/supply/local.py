@@ -38,6 +38,9 @@ class LocalPath:
     def describe(self) -> str | None:
         return None
 
+    def endpoints(self) -> list[str]:
+        return []
+
     def on_step(self, step: int) -> None:
         pass
 

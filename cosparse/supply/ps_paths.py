@@ -51,6 +51,9 @@ class PSPath:
     def describe(self) -> str | None:
         return self.ps.describe(self.role)
 
+    def endpoints(self) -> list[str]:
+        return list(self.ps.client.endpoints) if self.ps.client is not None else []
+
     def on_step(self, step: int) -> None:
         pass
 

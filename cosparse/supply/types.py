@@ -54,6 +54,8 @@ class SupplyPath(Protocol):
 
     def describe(self) -> str | None: ...
 
+    def endpoints(self) -> list[str]: ...  # the PS shards it reached or started (none: [])
+
     # --- per step -------------------------------------------------------------------------
     def on_step(self, step: int) -> None: ...
 

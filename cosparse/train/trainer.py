@@ -32,7 +32,7 @@ from cosparse.nn.models import build_model
 from cosparse.nn.types import PreparedBatch
 from cosparse.parallel.data import local_parts
 from cosparse.parallel.dense import dense_parallel, sum_fsdp2_gradients
-from cosparse.parallel.engine import RankSetup, start_rank
+from cosparse.parallel.engine import RankSetup, reach_shared_ps, share_ps, start_rank
 from cosparse.parallel.loss import global_bce
 from cosparse.parallel.sharded import ShardedEmbeddingCollection
 from cosparse.parallel.world import launched_by_torchrun
@@ -105,11 +105,22 @@ class Trainer:
             if not self.ranks.world.leader:
                 self.log = lambda msg: None
         self.shard_cfg = self.ranks.shard_cfg if self.ranks else cfg
+        # many ranks over a PS: rank 0 starts the shards, the other ranks reach them
+        shared_ps = self.ranks is not None and cfg.supply.path != "resident"
+        if shared_ps and not self.ranks.world.leader:  # type: ignore[union-attr]
+            self.shard_cfg = reach_shared_ps(self.shard_cfg, share_ps(self.ranks, None))
         self.path = make_supply_path(self.shard_cfg, PathContext(
             self.device, self.links, self.train_reader, self.log))
         self.sizing: SizingReport | None = None
         try:  # what the path started stops again if the rest of the set-up fails
-            self.path.start(self._size_tiers().plans if cfg.store.tiered else None)
+            try:
+                self.path.start(self._size_tiers().plans if cfg.store.tiered else None)
+            except BaseException as e:
+                if shared_ps and self.ranks.world.leader:  # type: ignore[union-attr]
+                    share_ps(self.ranks, None, f"{type(e).__name__}: {e}")  # type: ignore[arg-type]
+                raise
+            if shared_ps and self.ranks.world.leader:  # type: ignore[union-attr]
+                share_ps(self.ranks, self.path.endpoints())  # type: ignore[arg-type]
             self._install_collection()
             # the module that trains: the model, or its data-parallel wrapper on many ranks
             self.train_model = dense_parallel(self.model, cfg.parallel.dense, self.ranks.world,
@@ -170,7 +181,7 @@ class Trainer:
             admit_after=cfg.store.admit_after, delivery=self.path.delivery,
             budget_bytes=cfg.store.device.budget_bytes,  # type: ignore[arg-type]
         )
-        if self.ranks:  # the lookup of the global tables around this rank's shards
+        if self.ranks and self.ranks.plan:  # the lookup of the global tables around its shards
             ec = ShardedEmbeddingCollection(self.cfg.tables, self.ranks.plan, self.ranks.world,
                                             ec)
         self.model.ec = self.ec = ec
@@ -245,8 +256,8 @@ class Trainer:
     def _resume_resharded(self, ck: Any, meta: dict[str, Any]) -> None:
         """Resume from a checkpoint of any world size and sharding: each table this process
         holds is merged from the saved layout, and this process keeps its part."""
-        if meta.get("ps"):
-            raise CheckpointError(f"{ck}: its rows are in PS snapshots, which resume on one "
+        if meta.get("ps") or (self.ranks and self.ranks.plan is None):
+            raise CheckpointError(f"{ck}: rows on the PS (its snapshots) resume on one "
                                   "process only")
         held = [t.name for t in self.shard_cfg.tables]
         if "sharded" in meta:
@@ -285,7 +296,8 @@ class Trainer:
         logits = self.train_model(prepared)
         labels = batch.labels.to(self.device, non_blocking=True)
         if self.ranks:  # the global batch's loss, the same on every rank
-            loss = global_bce(logits, labels, prepared.shard[1].sizes, self.ranks.world)
+            sizes = prepared.shard[1].sizes if prepared.shard is not None else None
+            loss = global_bce(logits, labels, sizes, self.ranks.world)
         else:
             loss = F.binary_cross_entropy_with_logits(logits, labels)
         value = float(loss.detach())  # checked before any update is applied
@@ -437,7 +449,15 @@ class Trainer:
         for name, n in self.ec.unique_ids.items():
             rec[f"unique_ids.{name}"] = n
         rec.update(self.interval_counters.take(self.wire_bytes))
-        if self.ranks:
+        if self.ranks:  # every link's bytes summed over the ranks, and the ranks' own link
+            mine = {k: float(v or 0) for k, v in rec.items() if k.startswith("bytes.")}
+            everyone: list[Any] = [None] * self.ranks.world.size
+            torch.distributed.all_gather_object(everyone, mine)  # (ranks hold other tables)
+            totals: dict[str, float] = {}
+            for theirs in everyone:
+                for k, v in theirs.items():
+                    totals[k] = totals.get(k, 0.0) + v
+            rec.update(totals)
             rec.update(self._rank_rank(stats.steps))
         self.sink.write(rec)
         if bar is not None:

@@ -69,7 +69,9 @@ class CollaborativePath(PSPath):
                                     sp.filter_bits_per_row)
         self.supply = CollaborativeSupply(tables, remote, layout, sp.publish_every,  # type: ignore[arg-type]
                                           sp.publish_timeout_s, sp.max_stale_rate, self.counters_b)
-        keys = [TableKeys(t.name, tuple(t.features), t.hash_size, t.pooling) for t in cfg.tables]
+        keys = [TableKeys(t.name, tuple(t.features), t.hash_size, t.pooling,
+                          tuple(t.rows_of) if t.rows_of else None)  # type: ignore[arg-type]
+                for t in cfg.tables]
         r = cfg.store.remote
         ps = WorkerPS(tuple(self.ps.client.endpoints), r.timeout_s, r.heartbeat_s, r.auth_key,
                       self.ctx.links.worker_ps)

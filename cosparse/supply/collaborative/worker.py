@@ -30,6 +30,7 @@ from cosparse.store.dedup import (
     TableIds,
     bag_offsets,
     map_ids,
+    row_owner,
     table_parts,
     with_bags,
 )
@@ -59,6 +60,7 @@ class TableKeys:
     features: tuple[str, ...]
     hash_size: int | None
     pooling: str = "sum"
+    rows_of: tuple[int, int] | None = None  # a row-wise shard's: (shard, shards)
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,13 @@ class CollaborativeCodec:
             unique, inverse = self._dedupers[t.name].unique(map_ids(ids, t.hash_size))
             arrays[f"i.{t.name}.unique"] = unique
             arrays[f"i.{t.name}.inverse"] = inverse.astype(np.int32)  # < 2^31 IDs per batch
-            answer = view.resident(t.name, unique)
+            owned = unique if t.rows_of is None else \
+                unique[row_owner(unique, t.rows_of[1]) == t.rows_of[0]]  # this rank's rows
+            answer = view.resident(t.name, owned)
             if answer is None:
                 continue  # no consistent filter yet: the trainer fetches this table itself
             maybe_resident, _ = answer
-            cold = np.sort(unique[~maybe_resident])  # delivered IDs are sorted
+            cold = np.sort(owned[~maybe_resident])  # delivered IDs are sorted
             if not cold.shape[0]:
                 continue
             try:
