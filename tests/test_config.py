@@ -152,6 +152,8 @@ def _populated():
             args = typing.get_args(hints[f.name])
             if v is None and (int in args or float in args):
                 setattr(obj, f.name, 1)
+            elif v is None and list[int] in args:  # an optional list of numbers
+                setattr(obj, f.name, [1])
             elif dataclasses.is_dataclass(v):
                 fill(v)
             elif isinstance(v, list):
