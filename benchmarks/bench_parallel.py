@@ -86,9 +86,9 @@ def child(cfg_path: str, out_path: str, warmup: int) -> None:
             rec["rank_rank_bytes_per_step"] = (world.comm["sent_bytes"]
                                                - comm0["sent_bytes"]) / steps
             rec["a2a_ms_per_step"] = (world.comm["wait_ms"] - comm0["wait_ms"]) / steps
-            cost = trainer.ranks.plan.cost
-            rec["predicted_rank_rank_bytes_per_step"] = cost.link_bytes["rank_rank"] if cost else None
             plan = trainer.ranks.plan
+            cost = plan.cost if plan else None
+            rec["predicted_rank_rank_bytes_per_step"] = cost.link_bytes["rank_rank"] if cost else None
             rec["plan"] = {n: s.kind for n, s in plan.tables.items()} if plan else "architecture A"
         rank = world.rank if world else 0
         Path(f"{out_path}.rank{rank}.json").write_text(json.dumps(rec))

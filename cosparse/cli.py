@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def _train(args: argparse.Namespace) -> int:
         trainer.close()
     from cosparse.strict_json import dumps_metrics
 
-    print(dumps_metrics({"final": final}, sort_keys=True))  # an undefined metric is null
+    if os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 speaks for the run
+        print(dumps_metrics({"final": final}, sort_keys=True))  # an undefined metric is null
     return 0
 
 

@@ -340,13 +340,16 @@ def test_split_then_merge_gives_the_table_back(kind):
     cfg = config_from_mapping(base({}, 0.0)).tables[0]  # adagrad: state per column
     width = 2 * cfg.dim
     rng = np.random.default_rng(0)
-    whole = {"ids": np.sort(rng.choice(10**9, 500, replace=False)),
-             "rows": rng.standard_normal((500, width)).astype(np.float32)}
+    ids = np.sort(rng.choice(10**9, 500, replace=False))
+    whole = {"ids": ids, "rows": rng.standard_normal((500, width)).astype(np.float32),
+             "device_ids": ids[::7]}  # the placement hints: rows a device tier held
     s = sharding_of(kind, cfg, 3, 3)
     parts = [split_table(cfg, s, i, whole) for i in range(len(s.owners))]
+    for p in parts:  # each shard's hints name its own rows only
+        assert np.isin(p["device_ids"], p["ids"]).all()
     back = merge_shards(cfg, s, parts)
-    np.testing.assert_array_equal(back["ids"], whole["ids"])
-    np.testing.assert_array_equal(back["rows"], whole["rows"])
+    for part in ("ids", "rows", "device_ids"):
+        np.testing.assert_array_equal(back[part], whole[part])
 
 
 # --- the sharding planner -----------------------------------------------------------------------

@@ -2,7 +2,8 @@
 form one process holds and checkpoints), and the whole table split into one owner's shard.
 
 Row values and optimizer state travel together. A column-wise shard holds its columns of the
-values and of each per-column state block (Adagrad's accumulator, Adam's two moments)."""
+values and of each per-column state block (Adagrad's accumulator, Adam's two moments). The tier
+placement hints (``device_ids``: the rows a device tier held) follow their rows."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ def _column_blocks(cfg: TableConfig, c0: int, c1: int) -> np.ndarray:
 def merge_shards(cfg: TableConfig, sharding: TableSharding,
                  parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """The whole table from its owners' exports (``parts[i]``: owner i's), IDs ascending."""
+    whole = _merge_rows(cfg, sharding, parts)
+    hints = [p["device_ids"] for p in parts if "device_ids" in p]
+    if hints:
+        whole["device_ids"] = np.unique(np.concatenate(hints))
+    return whole
+
+
+def _merge_rows(cfg: TableConfig, sharding: TableSharding,
+                parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     if sharding.kind == "column_wise":
         width = cfg.dim + state_width(cfg.optimizer.kind, cfg.dim)
         ids = np.unique(np.concatenate([p["ids"] for p in parts]))
@@ -44,10 +54,18 @@ def split_table(cfg: TableConfig, sharding: TableSharding, owner: int,
                 whole: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Owner ``owner``'s shard (an index into ``sharding.owners``) of the whole table."""
     ids, rows = whole["ids"], whole["rows"]
+    hints = whole.get("device_ids")
     if sharding.route == "hash":
         mine = row_owner(ids, len(sharding.owners)) == owner
-        return {"ids": ids[mine], "rows": rows[mine]}
+        out = {"ids": ids[mine], "rows": rows[mine]}
+        if hints is not None:
+            out["device_ids"] = hints[row_owner(hints, len(sharding.owners)) == owner]
+        return out
     if sharding.kind == "column_wise":
         c0, c1 = sharding.columns[owner]
-        return {"ids": ids, "rows": np.ascontiguousarray(rows[:, _column_blocks(cfg, c0, c1)])}
-    return {"ids": ids, "rows": rows}
+        out = {"ids": ids, "rows": np.ascontiguousarray(rows[:, _column_blocks(cfg, c0, c1)])}
+    else:
+        out = {"ids": ids, "rows": rows}
+    if hints is not None:
+        out["device_ids"] = hints
+    return out

@@ -2,7 +2,8 @@
 (DCP), and resumed at any world size and sharding.
 
 One commit (``step_NNNNNNNN``, the same directory, ``LATEST`` and pruning as one process's
-checkpoints) holds every rank's shards of every table (IDs, rows and their optimizer state), the
+checkpoints) holds every rank's shards of every table (IDs, rows and their optimizer state, and
+a tiered shard's placement hints: the rows its device tier held), the
 dense model and its optimizer (DCP's own state dicts: DDP or FSDP2 alike), and ``meta.json``
 naming the sharding they were saved under. Each rank writes its own shards; rank 0 commits,
 once every rank's part is on disk.
@@ -52,8 +53,9 @@ def _shard_rows(ec: Any) -> dict[str, torch.Tensor]:
         i = s.owners.index(rank)
         if s.replicated and i:
             continue
-        out[_rows_key(name, i, "ids")] = torch.from_numpy(np.ascontiguousarray(rows["ids"]))
-        out[_rows_key(name, i, "rows")] = torch.from_numpy(np.ascontiguousarray(rows["rows"]))
+        for part in ("ids", "rows", "device_ids"):  # (device_ids: a tiered shard's hints)
+            if part in rows:
+                out[_rows_key(name, i, part)] = torch.from_numpy(np.ascontiguousarray(rows[part]))
     return out
 
 
@@ -121,18 +123,20 @@ def load_sharded_rows(ck: Path, meta: dict[str, Any], tables: list[TableConfig],
     rows: dict[str, torch.Tensor] = {}
     for name in wanted:
         for i in range(1 if saved[name].replicated else len(saved[name].owners)):
-            for part in ("ids", "rows"):
+            for part in ("ids", "rows", "device_ids"):
                 key = _rows_key(name, i, part)
-                m = md[f"rows.{key}"]
-                rows[key] = torch.empty(tuple(m.size), dtype=m.properties.dtype)
+                m = md.get(f"rows.{key}")
+                if m is not None:  # (device_ids: only where the shard was tiered)
+                    rows[key] = torch.empty(tuple(m.size), dtype=m.properties.dtype)
     dcp.load({"rows": rows}, storage_reader=reader)
     by_name = {t.name: t for t in tables}
     out = {}
     for name in wanted:
         s = saved[name]
         n = 1 if s.replicated else len(s.owners)
-        parts = [{"ids": rows[_rows_key(name, i, "ids")].numpy(),
-                  "rows": rows[_rows_key(name, i, "rows")].numpy()} for i in range(n)]
+        parts = [{part: rows[_rows_key(name, i, part)].numpy()
+                  for part in ("ids", "rows", "device_ids") if _rows_key(name, i, part) in rows}
+                 for i in range(n)]
         out[name] = merge_shards(by_name[name], s if not s.replicated else
                                  TableSharding(name, "table_wise", s.owners[:1], s.columns[:1]),
                                  parts)
