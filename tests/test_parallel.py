@@ -108,6 +108,7 @@ CASES = {
     "row_wise": (base(every("row_wise"), 0.05), False),
     "table_row_wise": (base(every("table_row_wise"), 0.05), False),
     "table_wise_dense_training": (base(every("table_wise"), 0.05), False),
+    "data_parallel_dense_training": (base(every("data_parallel"), 0.05), False),
     # FSDP2 once summed where it should have averaged (pytorch#162338): the weights tell
     "fsdp2_dense_training": (base(every("table_wise"), 0.05, parallel={
         "sharding": every("table_wise"), "dense": "fsdp2"}), False),
