@@ -9,8 +9,9 @@ ranks). Figures, all measured in this run:
 - ``rank_rank_bytes_per_step``: bytes all ranks sent each other per step (IDs in, rows out,
   gradients back), next to the sharding planner's prediction for the same plan, and
   ``planner_bytes_rel_error`` (goal <= 0.10);
-- ``a2a_ms_per_step``: time per step in the collectives (for row-wise tables this includes the
-  receiver's sum: gloo's emulated reduce-scatter);
+- ``a2a_ms_per_step``: time per step in the collectives, both threads';
+- ``output_dist_ms_per_step``: the forward output distribution (all-to-all and the receiver's
+  combination); for row-wise tables it is gloo's emulated reduce-scatter;
 - ``tw_bit_identical``: table-wise with the dense model frozen trains the 1-rank losses bit for
   bit; ``rw_max_rel_diff``: row-wise (dense training) losses' largest relative difference.
 
@@ -86,6 +87,8 @@ def child(cfg_path: str, out_path: str, warmup: int) -> None:
             rec["rank_rank_bytes_per_step"] = (world.comm["sent_bytes"]
                                                - comm0["sent_bytes"]) / steps
             rec["a2a_ms_per_step"] = (world.comm["wait_ms"] - comm0["wait_ms"]) / steps
+            rec["output_dist_ms_per_step"] = (world.comm["output_dist_ms"]
+                                              - comm0["output_dist_ms"]) / steps
             plan = trainer.ranks.plan
             cost = plan.cost if plan else None
             rec["predicted_rank_rank_bytes_per_step"] = cost.link_bytes["rank_rank"] if cost else None
@@ -167,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 "predicted_rank_rank_bytes_per_step": predicted,
                 "planner_bytes_rel_error": abs(predicted - measured) / measured,
                 "a2a_ms_per_step": max(r["a2a_ms_per_step"] for r in two),
+                # the forward output distribution: for row-wise, the emulated reduce-scatter
+                "output_dist_ms_per_step": max(r["output_dist_ms_per_step"] for r in two),
                 "losses_identical": two[0]["losses"] == one["losses"],
                 "losses_max_rel_diff": _rel(two[0]["losses"], one["losses"]),
                 "plan": two[0]["plan"],

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 
@@ -175,6 +176,7 @@ class ShardedEmbeddingCollection(nn.Module):
                     i = s.owners.index(o)
                     n += sum(routes[f].rows_from[i] for f in t.features) * self._width[t.name, o]
             recv_splits.append(n)
+        t0 = time.perf_counter()
         recv = AllToAll.apply(send, send_splits, recv_splits, self.world.out_group, self.world)
         got: dict[str, list[torch.Tensor]] = {f: [] for t in self._exchanged for f in t.features}
         at = 0
@@ -192,6 +194,7 @@ class ShardedEmbeddingCollection(nn.Module):
         for t in self._exchanged:
             for f in t.features:
                 out[f] = self._combine(t, routes[f], got[f], routing.sizes[self.world.rank])
+        self.world.comm["output_dist_ms"] += (time.perf_counter() - t0) * 1e3
         return out
 
     def _combine(self, t: TableConfig, route: FeatureRoute, parts: list[torch.Tensor],

@@ -36,8 +36,11 @@ class World:
     ids_group: Any = None  # the prefetch thread's: input distribution of training batches
     out_group: Any = None  # the trainer thread's: output distribution and its backward
     dp_group: Any = None  # the trainer thread's: replicated tables' gradients
-    # this rank's collectives: bytes sent to other ranks, and time spent in them
-    comm: dict[str, float] = field(default_factory=lambda: {"sent_bytes": 0, "wait_ms": 0.0})
+    # this rank's collectives: bytes sent to other ranks, time spent in them (both threads),
+    # and the forward output distribution's time, the receiver's sums included (for row-wise
+    # tables: gloo's emulated reduce-scatter)
+    comm: dict[str, float] = field(default_factory=lambda: {"sent_bytes": 0, "wait_ms": 0.0,
+                                                            "output_dist_ms": 0.0})
     owns_default: bool = False  # this World joined the default group (and leaves it on close)
 
     @property
