@@ -34,6 +34,7 @@ def main(cases_path: str, out_dir: str) -> None:
                         "plan": trainer.ranks.plan, "comm": trainer.ranks.world.comm,
                         "final": final},
                        Path(out_dir) / f"{case['name']}.rank{rank}.pt")
+            dist.barrier()  # rank 0's PS shards stay up until every rank has read its rows
         finally:
             trainer.close()
     dist.destroy_process_group()

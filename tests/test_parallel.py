@@ -116,11 +116,13 @@ CASES = {
 }
 
 
-def _one_process(cfg: dict, resume: Path | None = None) -> dict:
+def _one_process(cfg: dict, resume: Path | None = None, resident: bool = True) -> dict:
+    """``cfg`` trained by one process; ``resident``: every row resident (the reference)."""
     one = copy.deepcopy(cfg)
     one.pop("parallel")
-    one.pop("store", None)  # the reference: every row resident
-    one["supply"] = {"lookahead": 1}
+    if resident:
+        one.pop("store", None)
+        one["supply"] = {"lookahead": 1}
     trainer = Trainer(config_from_mapping(one), log=lambda msg: None)
     try:
         if resume is not None:
@@ -198,7 +200,43 @@ def arch(preset: str, sharding: dict[str, str]) -> dict:
     return out
 
 
-AB = {"arch_a": arch("arch-a", {}), "arch_b": arch("arch-b", every("row_wise"))}
+AB = {"arch_a": arch("arch-a", {}), "arch_b": arch("arch-b", every("row_wise")),
+      # a column shard over the PS: its own table there
+      "arch_b_columns": arch("arch-b", {"lo": "column_wise", "mid": "column_wise",
+                                        "hi": "row_wise"})}
+
+
+def ps_ckpt(preset: str, sharding: dict[str, str], root: Path, data: Path, steps: int,
+            every: int = 0) -> dict:
+    """Architecture A or B checkpointed over a shared PS whose snapshots stay in ``data``."""
+    cfg = _ckpt(arch(preset, sharding), root, steps, every)
+    cfg["store"]["remote"]["data_dir"] = str(data)
+    return cfg
+
+
+def ps_cases(tmp: Path) -> list[dict]:
+    """Saved over the PS on 2 ranks, under A and under B, and resumed on 2 ranks under B with
+    another sharding (B's from its rows and the snapshots; A's from the snapshots alone, and
+    not trained further: its rows must be the ones A saved)."""
+    half = LONG // 2
+    return [
+        {"name": "ps_save_b", "config": ps_ckpt("arch-b", every("row_wise"), tmp / "psb",
+                                                 tmp / "psb-data", half, half)},
+        {"name": "ps_reshard_b", "config": ps_ckpt("arch-b", PS_RESHARD, tmp / "psb2",
+                                                    tmp / "psb-data", LONG),
+         "resume": str(tmp / "psb")},
+        {"name": "ps_save_a", "config": ps_ckpt("arch-a", {}, tmp / "psa", tmp / "psa-data",
+                                                 half, half)},
+        {"name": "ps_a_on_b", "config": ps_ckpt("arch-b", PS_RESHARD, tmp / "psa2",
+                                                 tmp / "psa-data", half),
+         "resume": str(tmp / "psa")},
+        {"name": "ps_b_on_a", "config": ps_ckpt("arch-a", {}, tmp / "psb3", tmp / "psb-data",
+                                                 half),
+         "resume": str(tmp / "psb")},
+    ]
+
+
+PS_RESHARD = {"lo": "column_wise", "mid": "table_wise", "hi": "table_wise"}
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +254,8 @@ def two_ranks(tmp_path_factory):
          "resume": str(tmp / "two")},
     ]
     cases += [{"name": n, "config": c} for n, c in AB.items()]
-    _torchrun(2, cases, tmp, 170)
+    cases += ps_cases(tmp)
+    _torchrun(2, cases, tmp, 240)
     _torchrun(3, [{"name": "reshard_2_on_3", "config": _ckpt(RESHARD_3, tmp / "x3", LONG),
                    "resume": str(tmp / "two")}], tmp, 90)
     return tmp
@@ -314,6 +353,76 @@ def test_architectures_a_and_b_on_two_ranks_over_one_ps(two_ranks):
     cfg = AB["arch_b"]
     _compare("arch_b", _merged("arch_b", two_ranks, cfg), _one_process(base({}, 0.05) | {
         "train": cfg["train"]}), cfg, exact=False)
+
+
+def test_column_shards_over_the_ps_have_their_own_tables_there(two_ranks):
+    cfg = AB["arch_b_columns"]
+    got = _merged("arch_b_columns", two_ranks, cfg)
+    assert got["plan"].tables["lo"].kind == "column_wise"
+    _compare("arch_b_columns", got, _one_process(base({}, 0.05) | {"train": cfg["train"]}), cfg,
+             exact=False)
+
+
+def _saved_meta(root: Path) -> dict:
+    return json.loads((root / (root / "LATEST").read_text() / "meta.json").read_text())
+
+
+def test_a_ps_checkpoint_resumes_under_another_sharding(two_ranks):
+    """B over a shared PS, saved on 2 row-wise ranks (the commit names the PS snapshots),
+    resumed on 2 ranks with column-wise and table-wise shards: the run ends where one
+    uninterrupted process does."""
+    assert len(_saved_meta(two_ranks / "psb")["ps"]["snapshots"]) == 2
+    cfg = next(c["config"] for c in ps_cases(two_ranks) if c["name"] == "ps_reshard_b")
+    got = _merged("ps_reshard_b", two_ranks, cfg)
+    assert got["plan"].tables["lo"].kind == "column_wise"
+    ref = _one_process(base({}, 0.05) | {"train": cfg["train"] | {"checkpoint": {}}})
+    _compare("ps_reshard_b", got, ref, cfg, exact=False)
+
+
+def test_a_two_rank_ps_checkpoint_resumes_on_one_process(two_ranks, tmp_path):
+    """B's 2-rank checkpoint over the PS, resumed by one process under B (its embedded shards
+    restarted from the snapshots the commit names)."""
+    cfg = next(c["config"] for c in ps_cases(two_ranks) if c["name"] == "ps_reshard_b")
+    cfg = copy.deepcopy(cfg)
+    cfg["train"]["checkpoint"]["dir"] = str(tmp_path / "one")
+    cfg["data"]["workers"] = 1
+    got = _one_process(cfg, resume=two_ranks / "psb", resident=False)
+    ref = _one_process(base({}, 0.05) | {"train": cfg["train"] | {"checkpoint": {}}})
+    _compare("ps_2_on_1", got, ref, cfg, exact=False)
+
+
+def _same_rows(have: dict, want: dict) -> None:
+    for name, w in want.items():
+        h = have[name]
+        mine, order = np.argsort(h["ids"]), np.argsort(w["ids"])
+        np.testing.assert_array_equal(h["ids"][mine], w["ids"][order], err_msg=name)
+        np.testing.assert_array_equal(h["rows"][mine], w["rows"][order], err_msg=name)
+
+
+def test_a_b_checkpoint_resumes_under_a(two_ranks):
+    """Falling back: B's row-wise checkpoint resumed under A, whose rank 0 writes B's rows to
+    the PS (B's tiers held rows the snapshots did not): A starts from them, bit for bit."""
+    cfg = next(c["config"] for c in ps_cases(two_ranks) if c["name"] == "ps_save_b")
+    saved = _merged("ps_save_b", two_ranks, cfg)
+    got = torch.load(two_ranks / "ps_b_on_a.rank0.pt", weights_only=False)
+    assert got["plan"] is None and not got["losses"]
+    _same_rows(got["rows"], saved["rows"])
+
+
+def test_an_a_checkpoint_resumes_under_b(two_ranks):
+    """Migrating: A's checkpoint (its rows are the PS snapshots alone) resumed under B with a
+    column-wise table (whose column shards take their own PS tables from the whole one): B's
+    shards start from A's rows and dense weights, bit for bit. (A on many ranks is not one
+    process: each rank pushes its own gradients, so its run is compared with itself.)"""
+    meta = _saved_meta(two_ranks / "psa")
+    assert meta["sharded"]["tables"] == {} and len(meta["ps"]["snapshots"]) == 2
+    cfg = next(c["config"] for c in ps_cases(two_ranks) if c["name"] == "ps_a_on_b")
+    got = _merged("ps_a_on_b", two_ranks, cfg)
+    assert got["plan"].tables["lo"].kind == "column_wise" and not got["losses"].size
+    saved = torch.load(two_ranks / "ps_save_a.rank0.pt", weights_only=False)
+    _same_rows(got["rows"], saved["rows"])
+    for k, v in saved["dense"].items():
+        assert torch.equal(got["dense"][k], v), k
 
 
 def test_ids_balanced_split_is_contiguous_and_evens_out_long_histories():

@@ -50,6 +50,14 @@ class TableConfig:
     # set by row-wise sharding, never by hand: [shard, shards], this shard holds the rows whose
     # row_owner (cosparse.store.dedup) is `shard` (a data worker delivers only those)
     rows_of: list[int] | None = None
+    # set by column-wise sharding, never by hand: this column shard's own table on the PS
+    # (``remote_name``), since a PS table holds whole rows of one width
+    ps_name: str = ""
+
+    @property
+    def remote_name(self) -> str:
+        """The table's name on the PS."""
+        return self.ps_name or self.name
 
 
 def validate_tables(cfg: Config) -> None:

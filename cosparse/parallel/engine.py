@@ -23,12 +23,6 @@ from cosparse.parallel.world import World, from_leader, start_world
 _NOT_YET = {
     "models": lambda c: bool(c.models),
     "store.admit_after": lambda c: c.store.admit_after > 1,
-    # rows on the shared PS: its snapshots are one process's checkpoint (not the ranks' DCP)
-    "train.checkpoint (with a PS supply path)": lambda c: c.supply.path != "resident" and bool(
-        c.train.checkpoint.dir or c.train.checkpoint.every),
-    # a PS table holds whole rows: a column shard would need its own
-    "parallel.sharding (column_wise with a PS supply path)": lambda c: c.supply.path != "resident"
-    and "column_wise" in c.parallel.sharding.values(),
     # architecture A pulls each rank's own rows: nothing is sharded across ranks
     "parallel.sharding (with supply.path ps-direct)": lambda c: c.supply.path == "ps-direct"
     and bool(c.parallel.sharding),

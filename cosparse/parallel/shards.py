@@ -23,7 +23,8 @@ def column_ranges(dim: int, shards: int) -> tuple[tuple[int, int], ...]:
 def shard_config(cfg: TableConfig, sharding: TableSharding, rank: int) -> TableConfig:
     """The table config of ``rank``'s shard: its columns, its rows (``rows_of``: the row
     keys whose ``row_owner`` is this shard), and sum pooling where the shard pools part of a
-    row-wise bag (the receiver divides a mean by the whole bag's length). ``hash_size`` stays:
+    row-wise bag (the receiver divides a mean by the whole bag's length); a column shard has its
+    own table on the PS (``ps_name``: ``T.cols0-4``). ``hash_size`` stays:
     the sender maps IDs to row keys already, and the mapping is idempotent."""
     c0, c1 = sharding.columns[sharding.owners.index(rank)]
     pooling = cfg.pooling
@@ -31,8 +32,11 @@ def shard_config(cfg: TableConfig, sharding: TableSharding, rank: int) -> TableC
         pooling = "sum"
     rows_of = [sharding.owners.index(rank), len(sharding.owners)] if sharding.route == "hash" \
         else None
-    return dataclasses.replace(cfg, dim=c1 - c0, column_offset=cfg.column_offset + c0,
-                               pooling=pooling, rows_of=rows_of)
+    offset = cfg.column_offset + c0
+    ps_name = f"{cfg.name}.cols{offset}-{offset + c1 - c0}" if sharding.kind == "column_wise" \
+        else cfg.ps_name
+    return dataclasses.replace(cfg, dim=c1 - c0, column_offset=offset, pooling=pooling,
+                               rows_of=rows_of, ps_name=ps_name)
 
 
 def rank_tables(plan: ShardingPlan, tables: list[TableConfig], rank: int) -> list[TableConfig]:

@@ -123,9 +123,11 @@ class PSClient:
         return P.shard_of(ids, self.num_shards)
 
     def register(self, tables: list[TableConfig]) -> None:
-        """Declare tables on every shard (a no-op for tables already there with the same config)."""
+        """Declare tables on every shard (a no-op for tables already there with the same config),
+        each under its ``remote_name``."""
         from cosparse.optim import state_width  # (torch and numba: only when tables are declared)
 
+        tables = [dataclasses.replace(t, name=t.remote_name, ps_name="") for t in tables]
         text = json.dumps([dataclasses.asdict(t) for t in tables])
         self._call_all(lambda: P.Message(P.OP_REGISTER, text=text))
         for t in tables:  # row widths, so that even a first large pull is split to fit

@@ -41,4 +41,5 @@ def canonical_config(cfg: TableConfig) -> dict:
     d.pop("policy", None)
     d.pop("num_embeddings", None)
     d.pop("rows_of", None)  # which rank's shard asks (row-wise sharding): the rows are the same
+    d.pop("ps_name", None)  # (the name it has on the PS is ``name`` there)
     return d

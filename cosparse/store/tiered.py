@@ -84,7 +84,7 @@ class TieredTable(DeviceCache):
         if delivered is not None:
             sources.append(DeliveredSource(delivered, c))
         if self.remote is not None:
-            sources.append(RemoteSource(self.remote, self.cfg.name, c))
+            sources.append(RemoteSource(self.remote, self.cfg.remote_name, c))
         if self.backing is not None:
             sources.append(BackingSource(self.backing, c))
         sources.append(FreshSource(self.cfg, self.width, c))
@@ -170,7 +170,7 @@ class TieredTable(DeviceCache):
     ) -> None:
         self.counters.bytes_host_backing += rows.nbytes
         if self.remote is not None:  # written down to the PS (rows with their state)
-            self.remote.push_rows(self.cfg.name, ids, np.ascontiguousarray(rows, np.float32))
+            self.remote.push_rows(self.cfg.remote_name, ids, np.ascontiguousarray(rows, np.float32))
             return
         b = self.backing
         assert b is not None
@@ -255,7 +255,7 @@ class TieredTable(DeviceCache):
                 rows[todo[found]] = tier.read(s[found])
             todo = todo[~found]
         if todo.shape[0] and self.remote is not None:  # read without creating
-            rows[todo] = self.remote.pull(self.cfg.name, ids[todo], with_state=True, peek=True).rows
+            rows[todo] = self.remote.pull(self.cfg.remote_name, ids[todo], with_state=True, peek=True).rows
             todo = todo[:0]
         if todo.shape[0]:
             rows[todo] = self.initial_rows(ids[todo])
@@ -281,7 +281,7 @@ class TieredTable(DeviceCache):
                     s = tier.occupied_slots()
                     parts.append((tier.slot_ids[s], tier.read(s)))
             if self.remote is not None:
-                parts.append(self.remote.dump(self.cfg.name))
+                parts.append(self.remote.dump(self.cfg.remote_name))
             ids = np.concatenate([p[0] for p in parts])
             rows = np.concatenate([p[1] for p in parts])
             _, first = np.unique(ids, return_index=True)  # topmost copy wins

@@ -59,7 +59,10 @@ class LocalPath:
     def prune(self, metas: list[dict[str, Any]]) -> None:
         pass
 
-    def restore(self, meta: dict[str, Any]) -> bool:
+    def read_ps_table(self, name: str) -> dict[str, Any]:
+        raise AssertionError("the resident path reaches no PS")
+
+    def restore(self, meta: dict[str, Any], endpoints: list[str] | None = None) -> bool:
         return False
 
     def counters(self) -> dict[str, float]:

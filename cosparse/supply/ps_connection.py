@@ -10,6 +10,7 @@ every byte on the trainer's sockets across restarts.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -108,9 +109,13 @@ class PSConnection:
         for i, names in enumerate(keep):
             snapshots.prune(self.shards.data_dir / f"shard-{i}", names)
 
-    def restore(self, meta: dict[str, Any]) -> bool:
+    def restore(self, meta: dict[str, Any], endpoints: list[str] | None = None) -> bool:
         """Bring the PS to the snapshots ``meta`` names: restart embedded shards from them
-        (True: the client is new), or check that external shards were restarted from them."""
+        (True: the client is new), or check that external shards were restarted from them.
+        ``endpoints``: another process restarted them there (rank 0 of many ranks): reach them
+        and check (True)."""
+        if endpoints is not None:
+            self._reach(endpoints)
         remote, names = self.cfg.store.remote, meta["snapshots"]
         assert self.client is not None
         have = remote.num_shards if remote.embedded else self.client.num_shards
@@ -124,11 +129,20 @@ class PSConnection:
                         f"PS shard {i} at {self.client.endpoints[i]} holds snapshot "
                         f"{st.get('last_snapshot')!r}; this checkpoint needs {names[i]!r}: "
                         f"restart it with `cosparse ps serve ... --restore {names[i]}`")
-            return False
+            return endpoints is not None
         self.earlier = {}  # the run they belong to goes on
         self._stop_shards()
         self.start(restore=names)
         return True
+
+    def _reach(self, endpoints: list[str]) -> None:
+        """Stop what this connection started, and reach the shards at ``endpoints``."""
+        remote = dataclasses.replace(self.cfg.store.remote, embedded=False, data_dir=None,
+                                     endpoints=list(endpoints), discovery="config")
+        self.cfg = dataclasses.replace(self.cfg, store=dataclasses.replace(self.cfg.store,
+                                                                         remote=remote))
+        self._stop_shards()
+        self.start()
 
     # --- metrics and lifetime -------------------------------------------------------------
     def counters(self) -> dict[str, float]:

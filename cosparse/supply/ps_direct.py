@@ -45,7 +45,7 @@ class PSRows:
     rows_on_ps = ps_backed = True
 
     def read_rows(self, unique: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(self.client.pull(self.cfg.name, unique, peek=True).rows).to(
+        return torch.from_numpy(self.client.pull(self.cfg.remote_name, unique, peek=True).rows).to(
             self.device
         )
 
@@ -53,13 +53,13 @@ class PSRows:
         return initial_rows(self.cfg, self.width, ids)
 
     def export(self) -> dict[str, np.ndarray]:
-        ids, rows = self.client.dump(self.cfg.name)
+        ids, rows = self.client.dump(self.cfg.remote_name)
         return {"ids": ids, "rows": rows}
 
     def _push_rows(self, state: dict[str, np.ndarray]) -> None:
         ids, rows = state["ids"], state["rows"]
         if ids.shape[0]:
-            self.client.push_rows(self.cfg.name, ids, np.ascontiguousarray(rows, np.float32))
+            self.client.push_rows(self.cfg.remote_name, ids, np.ascontiguousarray(rows, np.float32))
 
 
 class PSDirectTable(PSRows, SlabRows):
@@ -112,7 +112,7 @@ class PSDirectTable(PSRows, SlabRows):
     def _pull(self, ids: np.ndarray, at: np.ndarray, rows: np.ndarray, versions: np.ndarray
               ) -> None:
         if ids.shape[0]:
-            got = self.client.pull(self.cfg.name, ids)
+            got = self.client.pull(self.cfg.remote_name, ids)
             rows[at], versions[at] = got.rows, got.versions
         self.pulled_rows += int(ids.shape[0])
 
@@ -125,7 +125,7 @@ class PSDirectTable(PSRows, SlabRows):
             self.deferred_rows += int(deferred.shape[0])
             self.late_fill_ms += (time.perf_counter() - t0) * 1e3
         if self.check_versions:
-            check_row_versions(self.client, self.cfg.name, unique, versions)
+            check_row_versions(self.client, self.cfg.remote_name, unique, versions)
         self._training = unique
         w = torch.from_numpy(rows).to(self.device)
         return w, torch.empty(rows.shape[0], 0, device=self.device)
@@ -140,7 +140,7 @@ class PSDirectTable(PSRows, SlabRows):
         """Push the row gradients; the shards apply the optimizer (the same kernels)."""
         if self._training is None or self._grads is None:
             return
-        self.client.push(self.cfg.name, self._training, self._grads, step)
+        self.client.push(self.cfg.remote_name, self._training, self._grads, step)
         self._training = self._grads = None
 
     def release_all(self) -> None:
@@ -178,7 +178,7 @@ class PSCachedTable(PSRows, DeviceCache):
 
     def row_sources(self, delivered: DeliveredRowSource | None = None) -> list[RowSource]:
         # rows of batches in flight are cached and pinned, so a miss is never being updated
-        return [RemoteSource(self.client, self.cfg.name, self.counters, clean=True,
+        return [RemoteSource(self.client, self.cfg.remote_name, self.counters, clean=True,
                              versions=self.versions)]
 
     def _evict(self, victims: np.ndarray, seq: int) -> None:
@@ -194,7 +194,7 @@ class PSCachedTable(PSRows, DeviceCache):
     def gather(self, slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         ids = self._ids_of.pop(self._order.popleft())
         if self.check_versions:
-            check_row_versions(self.client, self.cfg.name, ids, self.versions[slots])
+            check_row_versions(self.client, self.cfg.remote_name, ids, self.versions[slots])
         self._training = (ids, slots)
         return SlabRows.gather(self, slots)
 
@@ -212,9 +212,9 @@ class PSCachedTable(PSRows, DeviceCache):
             return
         ids, slots = self._training
         if self._grads is not None:
-            self.client.push(self.cfg.name, ids, self._grads, step)
+            self.client.push(self.cfg.remote_name, ids, self._grads, step)
         else:
-            self.client.push_rows(self.cfg.name, ids, self.dev.read(slots))
+            self.client.push_rows(self.cfg.remote_name, ids, self.dev.read(slots))
         self.versions[slots] += 1  # the shards bump a row's version once per write
         self._training = self._grads = None
 

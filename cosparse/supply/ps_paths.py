@@ -77,8 +77,13 @@ class PSPath:
     def prune(self, metas: list[dict[str, Any]]) -> None:
         self.ps.prune(metas)
 
-    def restore(self, meta: dict[str, Any]) -> bool:
-        return self.ps.restore(meta)
+    def read_ps_table(self, name: str) -> dict[str, Any]:
+        assert self.ps.client is not None
+        ids, rows = self.ps.client.dump(name)
+        return {"ids": ids, "rows": rows}
+
+    def restore(self, meta: dict[str, Any], endpoints: list[str] | None = None) -> bool:
+        return self.ps.restore(meta, endpoints)
 
     # --- metrics and lifetime -------------------------------------------------------------
     def counters(self) -> dict[str, float]:

@@ -6,7 +6,9 @@ checkpoints) holds every rank's shards of every table (IDs, rows and their optim
 a tiered shard's placement hints: the rows its device tier held), the
 dense model and its optimizer (DCP's own state dicts: DDP or FSDP2 alike), and ``meta.json``
 naming the sharding they were saved under. Each rank writes its own shards; rank 0 commits,
-once every rank's part is on disk.
+once every rank's part is on disk. Over a shared PS, rank 0 first has the shards snapshot their
+rows, and the commit names the snapshots (architecture A's ranks hold no rows of their own: the
+snapshots are its rows).
 
 Resuming reads, for each table a rank holds now, the shards of the saved layout, merges them
 into the whole table and keeps its own part (``cosparse.parallel.reshard``): 2 ranks to 1, 1 to
@@ -16,6 +18,8 @@ into the whole table and keeps its own part (``cosparse.parallel.reshard``): 2 r
 from __future__ import annotations
 
 import shutil
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +43,25 @@ from cosparse.train.checkpoint import (
 _DCP = "dcp"
 
 
+def _dcp_load(state: dict[str, Any], **where: Any) -> None:
+    """DCP's load, collective under a process group; one process's (resuming a many-rank
+    checkpoint) without one, which DCP warns of though it is meant here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.load(state, no_dist=not dist.is_initialized(), **where)
+
+
 def _rows_key(table: str, shard: int, part: str) -> str:
     return f"{table}.{shard}.{part}"
 
 
 def _shard_rows(ec: Any) -> dict[str, torch.Tensor]:
     """This rank's shards' rows (dirty device rows flushed first), keyed table.shard.part;
-    a replicated table is written by its first replica only."""
-    out = {}
+    a replicated table is written by its first replica only. Architecture A's ranks shard
+    nothing (``ec`` is not sharded): its rows are the PS's, in its snapshots."""
+    out: dict[str, torch.Tensor] = {}
+    if getattr(ec, "plan", None) is None:
+        return out
     rank = ec.world.rank
     for name, rows in ec.inner.export_rows().items():
         s = ec.plan.tables[name]
@@ -59,7 +74,10 @@ def _shard_rows(ec: Any) -> dict[str, torch.Tensor]:
     return out
 
 
-def _plan_meta(plan: ShardingPlan) -> dict[str, Any]:
+def _plan_meta(plan: ShardingPlan | None, world: Any) -> dict[str, Any]:
+    """The sharding the rows were saved under (none under architecture A: no rows saved)."""
+    if plan is None:
+        return {"world_size": world.size, "ranks_per_node": world.ranks_per_node, "tables": {}}
     return {"world_size": plan.world_size, "ranks_per_node": plan.ranks_per_node,
             "tables": {n: {"kind": s.kind, "owners": list(s.owners),
                            "columns": [list(c) for c in s.columns]}
@@ -73,10 +91,13 @@ def saved_sharding(meta: dict[str, Any]) -> dict[str, TableSharding]:
 
 
 def save_sharded(root: str | Path, state: TrainState, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer, ec: Any, config: dict[str, Any],
-                 keep: int) -> Path:
-    """Every rank calls this at the same step; returns the committed directory."""
-    world = ec.world
+                 optimizer: torch.optim.Optimizer, ec: Any, world: Any, config: dict[str, Any],
+                 keep: int, before_commit: Callable[[], dict[str, Any]] | None = None) -> Path:
+    """Every rank calls this at the same step; returns the committed directory.
+
+    ``before_commit`` runs on rank 0 once every rank's part is on disk (and every rank's
+    write-backs reached the PS), before anything is committed: the PS shards snapshot their
+    rows, and what it returns (the snapshot names) goes into the metadata."""
     root = Path(root)
     final = root / f"step_{state.step:08d}"
     name: list[Any] = [f".tmp-{final.name}-{owner_tag()}" if world.leader else None]
@@ -96,12 +117,15 @@ def save_sharded(root: str | Path, state: TrainState, model: torch.nn.Module,
         if world.leader:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+    dist.barrier()  # every rank's rows written, and written back to the PS
     failure: list[Any] = [None]
     if world.leader:
         try:
-            write_meta(tmp, {"step": state.step, "epoch": state.epoch,
+            extra = before_commit() if before_commit is not None else {}
+            write_meta(tmp, {**extra, "step": state.step, "epoch": state.epoch,
                              "batch_in_epoch": state.batch_in_epoch, "tables": [],
-                             "config": config, "sharded": _plan_meta(ec.plan)})
+                             "config": config,
+                             "sharded": _plan_meta(getattr(ec, "plan", None), world)})
             commit_checkpoint(root, tmp, final, keep)
         except BaseException as e:  # noqa: BLE001 - told to every rank, then raised here
             shutil.rmtree(tmp, ignore_errors=True)
@@ -128,7 +152,7 @@ def load_sharded_rows(ck: Path, meta: dict[str, Any], tables: list[TableConfig],
                 m = md.get(f"rows.{key}")
                 if m is not None:  # (device_ids: only where the shard was tiered)
                     rows[key] = torch.empty(tuple(m.size), dtype=m.properties.dtype)
-    dcp.load({"rows": rows}, storage_reader=reader)
+    _dcp_load({"rows": rows}, storage_reader=reader)
     by_name = {t.name: t for t in tables}
     out = {}
     for name in wanted:
@@ -148,17 +172,17 @@ def load_sharded_dense(ck: Path, model: torch.nn.Module,
     """The dense model and its optimizer from a sharded checkpoint, into any wrapping."""
     model_sd, optim_sd = get_state_dict(model, optimizer)
     sd = {"model": model_sd, "optim": optim_sd}
-    dcp.load(sd, checkpoint_id=ck / _DCP)
+    _dcp_load(sd, checkpoint_id=ck / _DCP)
     set_state_dict(model, optimizer, model_state_dict=sd["model"],
                    optim_state_dict=sd["optim"])
 
 
 def my_shards(whole: dict[str, dict[str, np.ndarray]], tables: list[TableConfig],
               plan: ShardingPlan, rank: int) -> dict[str, dict[str, np.ndarray]]:
-    """This rank's part of each whole table it holds under ``plan``."""
+    """This rank's part of each whole table it holds under ``plan`` (of those in ``whole``)."""
     out = {}
     for t in tables:
         s = plan.tables[t.name]
-        if rank in s.owners:
+        if rank in s.owners and t.name in whole:
             out[t.name] = split_table(t, s, s.owners.index(rank), whole[t.name])
     return out

@@ -20,6 +20,7 @@ from typing import Any
 import numba
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
@@ -210,8 +211,9 @@ class Trainer:
         try:
             if self.ranks:  # every rank its shards, through DCP, committed by rank 0
                 path = save_sharded(ck.dir, self.state, self.train_model,  # type: ignore[arg-type]
-                                    self.dense_opt, self.ec, dataclasses.asdict(self.cfg),
-                                    ck.keep)
+                                    self.dense_opt, self.ec, self.ranks.world,
+                                    dataclasses.asdict(self.cfg), ck.keep,
+                                    before_commit=snapshot_ps if on_ps else None)
             else:
                 path = save_checkpoint(
                     ck.dir, self.state, dense,  # type: ignore[arg-type]
@@ -237,12 +239,7 @@ class Trainer:
             return
         ps_meta = meta.get("ps")
         if ps_meta is not None:
-            try:
-                rebuilt = self.path.restore(ps_meta)
-            except SnapshotMismatch as e:
-                raise CheckpointError(str(e)) from e
-            if rebuilt:
-                self._install_collection()
+            self._restore_ps(ps_meta)
         state, dense, tables, _ = load_checkpoint(path)
         self.model.load_state_dict(dense["model"])
         self.dense_opt.load_state_dict(dense["optimizer"])
@@ -254,12 +251,17 @@ class Trainer:
         self.log(f"resumed from {path}: step {state.step}, epoch {state.epoch}")
 
     def _resume_resharded(self, ck: Any, meta: dict[str, Any]) -> None:
-        """Resume from a checkpoint of any world size and sharding: each table this process
-        holds is merged from the saved layout, and this process keeps its part."""
-        if meta.get("ps") or (self.ranks and self.ranks.plan is None):
-            raise CheckpointError(f"{ck}: rows on the PS (its snapshots) resume on one "
-                                  "process only")
-        held = [t.name for t in self.shard_cfg.tables]
+        """Resume from a checkpoint of any world size and sharding: the PS comes back to the
+        snapshots it names, each table this process holds is merged from the saved layout, and
+        this process keeps its part. Architecture A's ranks hold no shards: rank 0 alone
+        writes a checkpoint's rows to the shared PS."""
+        ps_meta = meta.get("ps")
+        if ps_meta is not None:
+            self._restore_ps(ps_meta)
+        sharded = self.ranks is not None and self.ranks.plan is not None
+        writes = self.ranks is None or sharded or self.ranks.world.leader
+        saved = set(meta["sharded"]["tables"] if "sharded" in meta else meta["tables"])
+        held = [t.name for t in self.shard_cfg.tables if writes and t.name in saved]
         if "sharded" in meta:
             whole = load_sharded_rows(ck, meta, self.cfg.tables, held)
             load_sharded_dense(ck, self.train_model, self.dense_opt)
@@ -268,20 +270,52 @@ class Trainer:
                 raise CheckpointError(f"{ck}: a one-process checkpoint resumes on many ranks "
                                       "with parallel.dense ddp")
             _, dense, whole, _ = load_checkpoint(ck)
+            whole = {n: whole[n] for n in held}
             self.model.load_state_dict(dense["model"])
             self.dense_opt.load_state_dict(dense["optimizer"])
+        if ps_meta is not None:  # a column shard's own PS table, from the whole one there
+            for t in self.shard_cfg.tables:
+                if t.name not in whole and t.remote_name != t.name:
+                    whole[t.name] = self.path.read_ps_table(t.name)
         step = int(meta["step"])
-        if self.ranks:
-            rank = self.ranks.world.rank
-            self.ec.inner.load_rows(my_shards(whole, self.cfg.tables, self.ranks.plan, rank),
-                                    step)
+        # what the checkpoint has no rows of is on the restored PS (A: rank 0 writes them there)
+        on_ps = ps_meta is not None or (self.ranks is not None and not sharded)
+        if sharded:
+            assert self.ranks is not None and self.ranks.plan is not None
+            mine = my_shards(whole, self.cfg.tables, self.ranks.plan, self.ranks.world.rank)
+            self.ec.inner.load_rows(mine, step, rows_on_ps=on_ps)  # type: ignore[union-attr]
         else:
-            self.ec.load_rows(whole, step)
+            self.ec.load_rows(whole, step, rows_on_ps=on_ps)
+        if self.ranks:
+            dist.barrier()  # (A: rank 0's rows are on the PS before any rank pulls them)
         self.state = TrainState(step, int(meta["epoch"]), int(meta["batch_in_epoch"]))
         self.resumed = True
-        saved = meta.get("sharded", {}).get("world_size", 1)
-        self.log(f"resumed from {ck}: step {step}, epoch {self.state.epoch} (saved on {saved} "
-                 f"rank(s), resharded onto {self.ranks.world.size if self.ranks else 1})")
+        saved_on = meta.get("sharded", {}).get("world_size", 1)
+        self.log(f"resumed from {ck}: step {step}, epoch {self.state.epoch} (saved on "
+                 f"{saved_on} rank(s), resharded onto {self.ranks.world.size if self.ranks else 1})")
+
+    def _restore_ps(self, ps_meta: dict[str, Any]) -> None:
+        """The PS back at a checkpoint's snapshots: restarted from them here, or, on many
+        ranks, by rank 0, whose new shards every other rank then reaches."""
+        leader = self.ranks is None or self.ranks.world.leader
+        endpoints = None
+        if leader:
+            try:
+                rebuilt = self.path.restore(ps_meta)
+            except BaseException as e:
+                if self.ranks:  # the other ranks wait for the shards: tell them why not
+                    share_ps(self.ranks, None, f"{type(e).__name__}: {e}")
+                if isinstance(e, SnapshotMismatch):
+                    raise CheckpointError(str(e)) from e
+                raise
+            endpoints = self.path.endpoints()
+        if self.ranks:
+            endpoints = share_ps(self.ranks, endpoints)
+            if not leader:
+                self.path.restore(ps_meta, endpoints)
+            rebuilt = True
+        if rebuilt:
+            self._install_collection()
 
     # --- training -----------------------------------------------------------------------------
     def _train_step(self, prepared: PreparedBatch) -> float:

@@ -68,9 +68,11 @@ class CollaborativePath(PSPath):
         layout = FilterLayout.sized(os.path.join(self._shm_dir, "resident.filter"), capacity,
                                     sp.filter_bits_per_row)
         self.supply = CollaborativeSupply(tables, remote, layout, sp.publish_every,  # type: ignore[arg-type]
-                                          sp.publish_timeout_s, sp.max_stale_rate, self.counters_b)
+                                          sp.publish_timeout_s, sp.max_stale_rate, self.counters_b,
+                                          {t.name: t.remote_name for t in cfg.tables})
         keys = [TableKeys(t.name, tuple(t.features), t.hash_size, t.pooling,
-                          tuple(t.rows_of) if t.rows_of else None)  # type: ignore[arg-type]
+                          tuple(t.rows_of) if t.rows_of else None,  # type: ignore[arg-type]
+                          t.remote_name)
                 for t in cfg.tables]
         r = cfg.store.remote
         ps = WorkerPS(tuple(self.ps.client.endpoints), r.timeout_s, r.heartbeat_s, r.auth_key,

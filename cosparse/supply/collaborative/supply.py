@@ -75,9 +75,12 @@ class CollaborativeSupply:
         publish_timeout_s: float = 30.0,
         max_stale_rate: float = 0.5,
         counters: SupplyCounters | None = None,
+        remote_names: Mapping[str, str] | None = None,
     ) -> None:
         self.tables = {name: tables[name] for name in layout.tables}
         self.remote = remote
+        # each table's name on the PS, where its write-backs are logged (a column shard's own)
+        self.remote_names = dict(remote_names or {})
         self.board = FilterBoard(layout)
         self.publish_every = max(1, publish_every)
         self.publish_timeout_s = publish_timeout_s
@@ -104,7 +107,7 @@ class CollaborativeSupply:
         for name, rows in delivery.rows.items():
             self.counters.delivered_rows += rows.ids.shape[0]
             self.counters.delivered_bytes += rows.nbytes
-            out[name] = DeliveredSource(rows, self.remote.log(name), n)
+            out[name] = DeliveredSource(rows, self.remote.log(self.remote_names.get(name, name)), n)
         return out
 
     def settle(self, sources: Mapping[str, DeliveredSource]) -> None:

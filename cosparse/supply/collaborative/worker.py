@@ -61,6 +61,7 @@ class TableKeys:
     hash_size: int | None
     pooling: str = "sum"
     rows_of: tuple[int, int] | None = None  # a row-wise shard's: (shard, shards)
+    remote_name: str = ""  # its name on the PS (a column shard's own table there); "": name
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class CollaborativeCodec:
             if not cold.shape[0]:
                 continue
             try:
-                pulled = client.pull(t.name, cold, with_state=True, peek=True)
+                pulled = client.pull(t.remote_name or t.name, cold, with_state=True, peek=True)
             except PSError as e:
                 raise DeliveryError(f"data worker pid {os.getpid()}: pulling {cold.shape[0]} rows of "
                                     f"table '{t.name}' failed: {e}") from None
