@@ -20,7 +20,9 @@ data worker per rank), the workload's device and host tiers: A pulls each rank's
 rows, B's tables are row-wise so that each row's owner alone brings it (its data worker, over
 its own PS link). ``ps_bytes_b_over_a_2ranks``: B's bytes on every PS link (trainer and
 workers, summed over the ranks) over A's, per measured step (goal <= 0.5); each side's
-``bytes.rank_rank`` is reported beside it.
+``bytes.rank_rank`` is reported beside it. ``planner_ps_bytes_rel_error``: B's PS bytes as the
+planner predicts them from the tables' hotness (the capacity planner's simulation of the run's
+batches at each shard's tier rows), against measured.
 
 ``--quick``: 100k-row tables, batch 1024, table-wise and row-wise only (< 4 min). The full run
 measures 20 steps after 10 of warm-up per run.
@@ -92,6 +94,7 @@ def child(cfg_path: str, out_path: str, warmup: int) -> None:
             plan = trainer.ranks.plan
             cost = plan.cost if plan else None
             rec["predicted_rank_rank_bytes_per_step"] = cost.link_bytes["rank_rank"] if cost else None
+            rec["predicted_bytes_per_step"] = cost.link_bytes if cost else None
             rec["plan"] = {n: s.kind for n, s in plan.tables.items()} if plan else "architecture A"
         rank = world.rank if world else 0
         Path(f"{out_path}.rank{rank}.json").write_text(json.dumps(rec))
@@ -133,6 +136,12 @@ def ab_config(raw: dict[str, Any], preset: str, sharding: str | None) -> dict[st
 def _ps_bytes(run: dict[str, Any]) -> float:
     b = run["bytes_per_step"]
     return sum(b.get(k) or 0.0 for k in ("trainer_ps.pull", "trainer_ps.push", "worker_ps"))
+
+
+def _ps_error(run: dict[str, Any]) -> float:
+    predicted = run["predicted_bytes_per_step"]
+    guess = predicted.get("worker_ps", 0.0) + predicted.get("trainer_ps.push", 0.0)
+    return abs(guess - _ps_bytes(run)) / _ps_bytes(run)
 
 
 def _rel(a: list[float], b: list[float]) -> float:
@@ -180,9 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         ab = {}
         for key, preset, sharding in (("a", "arch-a", None), ("b", "arch-b", "row_wise")):
             cfg = ab_config(raw, preset, sharding)
+            # the planner's statistics (and hotness) from the batches the run trains
+            cfg["store"]["probe_batches"] = warmup + steps
             two = launch(cfg, 2, tmp, f"arch_{key}.2", warmup)[0]
             ab[key] = {"samples_per_s": two["samples_per_s"], "bytes_per_step":
-                       two["bytes_per_step"], "plan": two["plan"]}
+                       two["bytes_per_step"], "plan": two["plan"],
+                       "predicted_bytes_per_step": two.get("predicted_bytes_per_step")}
             print(f"arch {key} on 2 ranks: {json.dumps(ab[key])}", flush=True)
     out = {
         "benchmark": "bench_parallel", "mode": "quick" if a.quick else "full",
@@ -196,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         "tw_bit_identical": runs["table_wise"]["losses_identical"],
         "rw_max_rel_diff": runs["row_wise"]["losses_max_rel_diff"],
         "ps_bytes_b_over_a_2ranks": _ps_bytes(ab["b"]) / _ps_bytes(ab["a"]),
+        # B's PS links (the workers' pulls, the trainers' write-backs), predicted from the
+        # capacity planner's hotness against measured
+        "planner_ps_bytes_rel_error": _ps_error(ab["b"]),
         "rank_rank_bytes_per_step_2ranks": {k: v["bytes_per_step"].get("rank_rank")
                                             for k, v in ab.items()},
         "runs": runs, "architectures_2ranks": ab,

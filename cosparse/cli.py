@@ -84,6 +84,7 @@ def _plan_sharding(args: argparse.Namespace) -> int:
 
     from cosparse.parallel.engine import make_plan
     from cosparse.train.inputs import model_inputs
+    from cosparse.tune.hotness import table_hotness
 
     overrides: dict[str, object] = {"data.path": args.data} if args.data else {}
     if args.link_gbps is not None:
@@ -97,7 +98,7 @@ def _plan_sharding(args: argparse.Namespace) -> int:
     probe = [reader.build(t) for t in itertools.islice(tasks, args.steps or 50)]
     if hasattr(tasks, "close"):
         tasks.close()
-    plan = make_plan(cfg, probe, args.ranks, per_node)
+    plan = make_plan(cfg, probe, args.ranks, per_node, table_hotness(cfg))
     print(f"from {len(probe)} batches of {cfg.data.batch_size} samples")
     print(plan.describe())
     if args.out:
@@ -109,7 +110,8 @@ def _plan_sharding(args: argparse.Namespace) -> int:
                               "chosen_by": plan.chosen_by.get(n)} for n, s in plan.tables.items()},
                "predicted": None if cost is None else {
                    "link_bytes_per_step": cost.link_bytes, "sent_bytes_per_rank": cost.sent_bytes,
-                   "held_bytes_per_rank": cost.held_bytes, "busiest_rank_s": cost.seconds,
+                   "held_bytes_per_rank": cost.held_bytes, "ps_bytes_per_rank": cost.ps_bytes,
+                   "busiest_rank_s": cost.seconds,
                    "link_gbps": cost.link_gbps}}
         (out / "sharding.json").write_text(json.dumps(doc, indent=1))
         print(f"wrote {out / 'sharding.json'}")

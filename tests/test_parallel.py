@@ -13,6 +13,7 @@ part in a million (measured: up to 3e-5 after 12 steps; 1e-6 to 1e-7 over a whol
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import signal
@@ -31,8 +32,9 @@ from cosparse.parallel.data import balanced_sizes, local_part
 from cosparse.parallel.planner import plan_sharding
 from cosparse.parallel.reshard import merge_shards, split_table
 from cosparse.parallel.shards import row_owner, sharding_of
-from cosparse.parallel.types import TableStats
+from cosparse.parallel.types import PSSupply, TableStats
 from cosparse.train.trainer import Trainer
+from cosparse.tune.hotness import fetch_curve
 from tests.proctree import descendants, wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -484,6 +486,53 @@ def test_planner_keeps_pins_and_fits_the_budget():
     with pytest.raises(ConfigError, match="parallel.sharding.mid: table_wise does not fit"):
         plan_sharding(cfg.tables, stats, 1024, 4, 4, {"mid": "table_wise"}, 100.0,
                       device_budget=None, host_budget=100 * 2**20, replicate_below=2**20)
+
+
+def test_planner_prices_the_ps_links_from_each_tables_hotness():
+    """Over a PS, a shard's misses cost PS bytes: a replica pulls every row it looks up (so
+    replication costs a PS pull per replica), a row-wise shard of the same tier rows caches a
+    larger share of its own rows (so it misses less), and no curve means every row missed."""
+    cfg = config_from_mapping(base({}, 0.0))
+    # half the rows cached: a quarter of the looked-up rows fetched, a tenth evicted
+    curve = ((0.25, 0.5, 0.2), (0.5, 0.25, 0.1), (1.0, 0.05, 0.0))
+    stats = {t.name: TableStats(rows=10_000, row_bytes=4 * 16, dim=8, features=2,
+                                ids_per_sample=4.0, unique_per_batch=1000.0, pooled=True,
+                                distinct=10_000, hotness=curve) for t in cfg.tables}
+    supply = PSSupply("worker_ps", {t.name: 5_000 for t in cfg.tables})
+
+    def cost(kind: str, sup: PSSupply | None = supply) -> dict:
+        return plan_sharding(cfg.tables, stats, 1024, 2, 2, every(kind), 100.0, None, None,
+                             2**30, sup).cost.link_bytes
+
+    row = 16 + 4 * 16  # ID out, row and version back
+    table_wise = cost("table_wise")
+    assert table_wise["worker_ps"] == pytest.approx(3 * 1000 * 0.25 * row)
+    assert table_wise["trainer_ps.push"] == pytest.approx(3 * 1000 * 0.1 * (8 + 4 * 16))
+    assert cost("data_parallel")["worker_ps"] == pytest.approx(2 * table_wise["worker_ps"])
+    # each row-wise shard owns half the rows and caches 5,000 of them: all of its own
+    assert cost("row_wise")["worker_ps"] == pytest.approx(3 * 1000 * 0.05 * row)
+    assert cost("column_wise")["worker_ps"] == pytest.approx(3 * 1000 * 0.25 * (32 + 4 * 16))
+    assert "worker_ps" not in cost("table_wise", None)  # resident rows: no PS
+    cold = {n: dataclasses.replace(st, hotness=()) for n, st in stats.items()}
+    assert plan_sharding(cfg.tables, cold, 1024, 2, 2, every("table_wise"), 100.0, None, None,
+                         2**30, supply).cost.link_bytes["worker_ps"] == pytest.approx(
+        3 * 1000 * row)
+
+
+def test_hotness_curve_falls_as_the_cache_grows():
+    rng = np.random.default_rng(0)
+    batches = [np.unique(rng.zipf(1.2, 400) % 5000) for _ in range(30)]
+    curve = fetch_curve(batches, "lru", 0)
+    shares = [c[0] for c in curve]
+    fetched = [c[1] for c in curve]
+    assert shares == sorted(shares) and shares[-1] == 1.0
+    assert all(a >= b for a, b in zip(fetched, fetched[1:], strict=False))
+    assert fetched[0] > 2 * fetched[-1] and curve[-1][2] == 0.0  # all rows cached: no evictions
+    # the whole cache, warm: fetches are the second half's first sightings
+    first = set(np.concatenate(batches[:15]).tolist())
+    later = np.concatenate(batches[15:])
+    new = len(set(later.tolist()) - first)
+    assert fetched[-1] == pytest.approx(new / later.shape[0])
 
 
 def test_plan_sharding_command_prints_and_writes_the_plan(tmp_path, capsys):

@@ -15,8 +15,8 @@ from cosparse.batch import SparseBatch
 from cosparse.config import Config, ConfigError
 from cosparse.parallel.planner import plan_sharding
 from cosparse.parallel.shards import rank_tables
-from cosparse.parallel.stats import table_stats
-from cosparse.parallel.types import ShardingPlan
+from cosparse.parallel.stats import Hotness, table_stats
+from cosparse.parallel.types import PSSupply, ShardingPlan
 from cosparse.parallel.world import World, from_leader, start_world
 
 # what the many-rank engine does not run: each names its setting
@@ -38,20 +38,34 @@ class RankSetup:
     balance: str = "samples"  # how global batches split over the ranks (``parallel.data``)
 
 
-def make_plan(cfg: Config, probe: list[SparseBatch], world_size: int,
-              ranks_per_node: int) -> ShardingPlan:
-    """The sharding of ``cfg``'s tables over ``world_size`` ranks (statistics from ``probe``)."""
+def make_plan(cfg: Config, probe: list[SparseBatch], world_size: int, ranks_per_node: int,
+              hotness: Hotness | None = None) -> ShardingPlan:
+    """The sharding of ``cfg``'s tables over ``world_size`` ranks (statistics from ``probe``;
+    ``hotness``: the capacity planner's curves, priced over a PS supply path)."""
     par = cfg.parallel
+    supply = ps_supply(cfg)
+    stats = table_stats(cfg.tables, probe, hotness if supply is not None else None)
     return plan_sharding(
-        cfg.tables, table_stats(cfg.tables, probe), cfg.data.batch_size, world_size,
+        cfg.tables, stats, cfg.data.batch_size, world_size,
         ranks_per_node, par.sharding, par.link_gbps,
         par.device_budget_bytes or cfg.store.device.budget_bytes,  # type: ignore[arg-type]
-        par.host_budget_bytes, par.replicate_below_bytes)  # type: ignore[arg-type]
+        par.host_budget_bytes, par.replicate_below_bytes, supply)  # type: ignore[arg-type]
+
+
+def ps_supply(cfg: Config) -> PSSupply | None:
+    """The PS beneath the shards of ``cfg``'s supply path (None: resident rows, or A, whose
+    ranks shard nothing): each table's tier rows, when the config gives them as rows."""
+    if cfg.supply.path not in ("collaborative", "ps-tiered"):
+        return None
+    dev, host = cfg.store.device.rows, cfg.store.host.rows
+    rows = None if host is None else host + (dev or 0)  # (an unbounded host holds them all)
+    link = "worker_ps" if cfg.supply.path == "collaborative" else "trainer_ps.pull"
+    return PSSupply(link, {t.name: rows for t in cfg.tables})
 
 
 def start_rank(cfg: Config, device: torch.device, probe: Callable[[], list[SparseBatch]],
-               log: Callable[[str], None]) -> RankSetup:
-    """Join torchrun's world and plan this rank's shards."""
+               log: Callable[[str], None], hotness: Hotness | None = None) -> RankSetup:
+    """Join torchrun's world and plan this rank's shards (``hotness``: see ``make_plan``)."""
     for key, unsupported in _NOT_YET.items():
         if unsupported(cfg):
             raise ConfigError(f"{key}: not supported under torchrun with more than one rank "
@@ -66,8 +80,8 @@ def start_rank(cfg: Config, device: torch.device, probe: Callable[[], list[Spars
                 "from the shared PS and pushes their gradients")
         return RankSetup(world, None, cfg, balance)
     try:  # rank 0 plans and every rank takes its plan: one plan, whatever each rank measured
-        sent = [make_plan(cfg, probe(), world.size, world.ranks_per_node) if world.leader
-                else None]
+        sent = [make_plan(cfg, probe(), world.size, world.ranks_per_node, hotness)
+                if world.leader else None]
         dist.broadcast_object_list(sent, src=0)
         plan: ShardingPlan = sent[0]  # type: ignore[assignment]
     except BaseException:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from cosparse.batch import SparseBatch
@@ -10,10 +12,15 @@ from cosparse.optim import SparseOptimizer
 from cosparse.parallel.types import TableStats
 from cosparse.store.dedup import map_ids, table_parts
 
+# a table's hotness curve (``TableStats.hotness``) from each batch's distinct row keys
+Hotness = Callable[[TableConfig, list[np.ndarray]], tuple[tuple[float, float, float], ...]]
 
-def table_stats(tables: list[TableConfig], batches: list[SparseBatch]) -> dict[str, TableStats]:
+
+def table_stats(tables: list[TableConfig], batches: list[SparseBatch],
+                hotness: Hotness | None = None) -> dict[str, TableStats]:
     """Per table: IDs per sample, distinct rows per batch, and its rows: ``num_embeddings`` or
-    ``hash_size`` when given, else the distinct rows the batches hold (a lower bound)."""
+    ``hash_size`` when given, else the distinct rows the batches hold (a lower bound);
+    ``hotness`` (the capacity planner's, injected): its hotness curve."""
     out = {}
     samples = max(1, sum(b.batch_size for b in batches))
     for t in tables:
@@ -31,5 +38,6 @@ def table_stats(tables: list[TableConfig], batches: list[SparseBatch]) -> dict[s
         out[t.name] = TableStats(rows=int(rows), row_bytes=4 * width, dim=t.dim,
                                  features=len(t.features), ids_per_sample=ids_total / samples,
                                  unique_per_batch=float(np.mean(uniques)) if uniques else 0.0,
-                                 pooled=t.pooling != "none")
+                                 pooled=t.pooling != "none", distinct=distinct,
+                                 hotness=hotness(t, seen) if hotness is not None else ())
     return out

@@ -41,8 +41,9 @@ class PlanCost:
     """What the planner predicts for one plan, per step: bytes on each link (summed over
     ranks), and bytes held per rank."""
 
-    link_bytes: dict[str, float] = field(default_factory=dict)  # rank_rank, ...
+    link_bytes: dict[str, float] = field(default_factory=dict)  # rank_rank, worker_ps, ...
     sent_bytes: list[float] = field(default_factory=list)  # per rank, to other ranks
+    ps_bytes: list[float] = field(default_factory=list)  # per rank, to and from the PS
     held_bytes: list[float] = field(default_factory=list)  # per rank: its shards' rows
     seconds: float = 0.0  # the link time of the busiest rank: what the planner minimises
     link_gbps: float = 0.0
@@ -66,8 +67,10 @@ class ShardingPlan:
         if self.cost is not None:
             c = self.cost
             links = ", ".join(f"{k} {v / 1e6:,.3f} MB" for k, v in c.link_bytes.items())
+            ps = f" and moves {max(c.ps_bytes) / 1e6:,.3f} MB to and from the PS" \
+                if c.ps_bytes else ""
             lines.append(f"  predicted per step: {links} in all; the busiest rank sends "
-                         f"{max(c.sent_bytes) / 1e6:,.3f} MB ({c.seconds * 1e3:,.2f} ms at "
+                         f"{max(c.sent_bytes) / 1e6:,.3f} MB{ps} ({c.seconds * 1e3:,.2f} ms at "
                          f"{c.link_gbps:g} Gbit/s)")
             lines.append(f"  rows held per rank: {min(c.held_bytes) / 2**20:,.2f} to "
                          f"{max(c.held_bytes) / 2**20:,.2f} MiB")
@@ -85,3 +88,17 @@ class TableStats:
     ids_per_sample: float  # IDs per sample, over all its features
     unique_per_batch: float  # distinct rows in one global batch
     pooled: bool
+    distinct: int = 0  # distinct rows over the statistics' batches
+    # hotness, from the capacity planner: (share of the distinct rows a cache holds, rows it
+    # fetches per unique row looked up, rows it evicts per unique row looked up), shares
+    # ascending; empty: unknown (every row fetched)
+    hotness: tuple[tuple[float, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class PSSupply:
+    """A PS beneath every shard (architecture B, or tiers over the PS): the link a shard's
+    misses come over, and the rows its tiers hold of each table (None: every row it owns)."""
+
+    pull_link: str  # "worker_ps" (B: the data workers bring them) or "trainer_ps.pull"
+    cache_rows: dict[str, int | None] = field(default_factory=dict)

@@ -68,6 +68,7 @@ from cosparse.train.sharded_checkpoint import (
     save_sharded,
 )
 from cosparse.train.sizing import SizingReport, describe, measure_dense_bytes, size_tiers
+from cosparse.tune.hotness import table_hotness
 
 
 class Trainer:
@@ -102,7 +103,7 @@ class Trainer:
         # many ranks (torchrun): this rank's shards are the tables its supply path places
         self.ranks: RankSetup | None = None
         if launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
-            self.ranks = start_rank(cfg, self.device, self._probe, self.log)
+            self.ranks = start_rank(cfg, self.device, self._probe, self.log, table_hotness(cfg))
             if not self.ranks.world.leader:
                 self.log = lambda msg: None
         self.shard_cfg = self.ranks.shard_cfg if self.ranks else cfg
