@@ -148,6 +148,21 @@ def _rel(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b, strict=True))
 
 
+def loss_drift(raw: dict[str, Any], kind: str) -> int:
+    """Where 1 and 2 ranks part: 30 steps' losses side by side (the dense model training)."""
+    raw = copy.deepcopy(raw)
+    raw["train"]["steps"] = 30
+    raw["data"]["synthetic"]["num_batches"] = 40
+    with tempfile.TemporaryDirectory(prefix="bench_parallel.") as tmp_s:
+        cfg = case_config(raw, kind, frozen=False)
+        one = launch(cfg, 1, Path(tmp_s), "one", 0)[0]
+        two = launch(cfg, 2, Path(tmp_s), "two", 0)[0]
+    print("step  1 rank      2 ranks     relative difference")
+    for i, (x, y) in enumerate(zip(one["losses"], two["losses"], strict=True), 1):
+        print(f"{i:4d}  {x:.7f}  {y:.7f}  {abs(x - y) / abs(x):.2g}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
@@ -155,10 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="table-wise and row-wise, small tables")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--losses", default=None, metavar="KIND",
+                   help="only print each step's loss at 1 and 2 ranks for one sharding type "
+                        "(dense training), and their relative difference")
     a = p.parse_args(argv)
     raw, warmup, steps = workload(a.quick, tiny=False)
     warmup, steps = (3, 8) if a.quick else (10, 20)
     raw["train"]["steps"] = warmup + steps
+    if a.losses:
+        return loss_drift(raw, a.losses)
     t0 = time.perf_counter()
     kinds = KINDS_QUICK if a.quick else KINDS_FULL
     runs: dict[str, Any] = {}

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -533,6 +534,35 @@ def test_hotness_curve_falls_as_the_cache_grows():
     later = np.concatenate(batches[15:])
     new = len(set(later.tolist()) - first)
     assert fetched[-1] == pytest.approx(new / later.shape[0])
+
+
+def test_two_nodes_refuse_an_embedded_ps_that_only_one_can_reach(tmp_path):
+    """Two torchrun agents of one rank each (two nodes, on this host): rank 0's embedded
+    shards would listen on its loopback, so every rank stops at start-up, saying why."""
+    cfg = tmp_path / "b.json"
+    cfg.write_text(json.dumps(arch("arch-b", {})))
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
+           "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m",
+           "cosparse", "train", "--config", str(cfg)]
+    agents = [subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, start_new_session=True, text=True)
+              for _ in range(2)]
+    try:
+        outs = [a.communicate(timeout=50)[0] for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                kids = descendants(a.pid)
+                os.killpg(a.pid, signal.SIGKILL)
+                a.communicate()
+                wait_gone(kids, 10)
+    for a, out in zip(agents, outs, strict=True):
+        assert a.returncode != 0
+        assert "cannot reach; start the shards with `cosparse ps serve" in out, out[-3000:]
 
 
 def test_plan_sharding_command_prints_and_writes_the_plan(tmp_path, capsys):

@@ -71,6 +71,13 @@ def start_rank(cfg: Config, device: torch.device, probe: Callable[[], list[Spars
             raise ConfigError(f"{key}: not supported under torchrun with more than one rank "
                               "yet; run it on one process")
     world = start_world(cfg, device)
+    if world.nodes > 1 and cfg.supply.path != "resident" and cfg.store.remote.embedded:
+        world.close()  # (every rank sees the same world and config: all of them stop here)
+        raise ConfigError(
+            f"store.remote.embedded: rank 0's embedded PS shards listen on its loopback, which "
+            f"the ranks of the other {world.nodes - 1} node(s) cannot reach; start the shards "
+            "with `cosparse ps serve --bind ADDR:PORT --auth-key FILE` and list them in "
+            "store.remote.endpoints (or store.remote.discovery: tcpstore)")
     balance = cfg.parallel.balance
     if balance == "auto":
         balance = "ids" if any(t.pooling == "none" for t in cfg.tables) else "samples"
