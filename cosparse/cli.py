@@ -4,12 +4,14 @@ serve|keygen`` and ``cosparse features lineage|diff|fit|materialize``."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from cosparse.config import ConfigError, load_config
+from cosparse.config import ConfigError, config_from_mapping, load_config
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -376,9 +378,74 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("compare", help="a compare.json of `cosparse compare`")
     r.add_argument("--out", default=None, help="the HTML file (default: report.html beside it)")
     r.set_defaults(func=_report)
+    _add_tune(sub)
     _add_ps(sub)
     _add_features(sub)
     return p
+
+
+def _budgets(text: str) -> dict[str, str]:
+    """``device=2GiB,host=16GiB,ps_bytes_per_step=50MB`` as a mapping."""
+    out = {}
+    for part in filter(None, text.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep or key not in ("device", "host", "ps_bytes_per_step"):
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: expected device=SIZE, host=SIZE or ps_bytes_per_step=SIZE")
+        out[key] = value
+    return out
+
+
+def _add_tune(sub: Any) -> None:
+    tu = sub.add_parser("tune", help="search the config's exact knobs with short real runs "
+                                     "(Optuna), within budgets, and write the best config")
+    tu.add_argument("--config", default=None, help="the start configuration (YAML)")
+    tu.add_argument("--trials", type=int, default=20, help="candidates to run")
+    tu.add_argument("--minutes", type=float, default=None, help="stop starting trials after this")
+    tu.add_argument("--budget", type=_budgets, default={},
+                    help="device=SIZE,host=SIZE,ps_bytes_per_step=SIZE: Optuna constraints")
+    tu.add_argument("--warmup", type=int, default=4, help="steps before the measured windows")
+    tu.add_argument("--windows", type=int, default=6, help="measured windows per trial")
+    tu.add_argument("--window-steps", type=int, default=4, help="steps per measured window")
+    tu.add_argument("--seed", type=int, default=0, help="the sampler's seed")
+    tu.add_argument("--out", default="runs/tune", help="journal, best.yaml, diff.txt, report")
+    tu.add_argument("--replay", default=None, metavar="LOG",
+                    help="re-derive the decision from a journal, running nothing")
+    tu.set_defaults(func=_tune)
+
+
+def _tune(args: argparse.Namespace) -> int:
+    """The offline agent (``cosparse.autotune``), or a replay of its journal."""
+    from cosparse.autotune.agent import Window, load, replay, tune
+    from cosparse.autotune.knobs import exact_knobs
+    from cosparse.autotune.output import write_outputs
+    from cosparse.autotune.types import Budgets
+    from cosparse.config.load import read_config_mapping
+    from cosparse.config.sizes import parse_bytes
+
+    if args.replay:
+        again, recorded = replay(Path(args.replay))
+        same = recorded is not None and again["trial"] == recorded["trial"] and \
+            again["params"] == recorded["params"]
+        print(json.dumps({"replayed": again, "recorded": recorded, "same": same}, indent=1))
+        return 0 if same else 1
+    if not args.config:
+        raise ConfigError("cosparse tune: --config is needed (or --replay LOG)")
+    raw = read_config_mapping(args.config)
+    cfg = config_from_mapping(copy.deepcopy(raw))
+    b = args.budget
+    budgets = Budgets(
+        device_bytes=parse_bytes(b["device"], "--budget device") if "device" in b else None,
+        host_bytes=parse_bytes(b["host"], "--budget host") if "host" in b else None,
+        ps_bytes_per_step=parse_bytes(b["ps_bytes_per_step"], "--budget ps_bytes_per_step")
+        if "ps_bytes_per_step" in b else None)
+    out = Path(args.out)
+    window = Window(args.warmup, args.windows, args.window_steps)
+    decision = tune(raw, exact_knobs(cfg), budgets, out, args.trials, window, args.minutes,
+                    seed=args.seed)
+    paths = write_outputs(load(out / "journal.log"), decision, out)
+    print(json.dumps({"decision": decision, **{k: str(v) for k, v in paths.items()}}, indent=1))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

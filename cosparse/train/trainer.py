@@ -76,10 +76,14 @@ class Trainer:
 
     def __init__(self, cfg: Config, log: Callable[[str], None] | None = None,
                  inputs: ModelInputs | None = None,
-                 stream_factory: Callable[[int], Any] | None = None) -> None:
+                 stream_factory: Callable[[int], Any] | None = None,
+                 on_interval: Callable[[dict[str, Any]], None] | None = None) -> None:
         """``inputs``: the readers (default: from ``cfg.data`` and ``cfg.features``);
         ``stream_factory(start_batch)``: the training batches of an epoch, instead of a data
-        stream of this trainer's own (a multi-model run hands each model its view)."""
+        stream of this trainer's own (a multi-model run hands each model its view);
+        ``on_interval(record)``: called with every interval's metrics, as they are written
+        (what a tuning agent watches a run through)."""
+        self.on_interval = on_interval
         self.log = log or (lambda msg: tqdm.write(msg))
         swept = sweep_dead_runs(cfg)  # what runs that are gone left: never a live run's
         if swept:
@@ -495,6 +499,8 @@ class Trainer:
             rec.update(totals)
             rec.update(self._rank_rank(stats.steps))
         self.sink.write(rec)
+        if self.on_interval is not None:
+            self.on_interval(rec)
         if bar is not None:
             bar.set_postfix(loss=f"{rec['loss']:.4f}", samples_s=f"{rec['samples_per_s']:,.0f}")
             if bar.disable:

@@ -1,0 +1,46 @@
+"""The exact knobs of a start configuration (each with the values the agent may try, the
+start's first) and their application to a config mapping.
+
+Exact knobs move rows and work between tiers, threads and processes but never change what is
+computed, so every trial trains the start's losses and rows bit for bit (the agent vetoes one
+that does not)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from cosparse.autotune.types import Knob
+from cosparse.config import Config
+from cosparse.config.mapping import set_dotted
+
+
+def _with_start(start: Any, values: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (start, *[v for v in values if v != start])
+
+
+def exact_knobs(cfg: Config) -> list[Knob]:
+    """The exact knobs that apply to ``cfg`` (its supply path and tiers)."""
+    sp, store = cfg.supply, cfg.store
+    knobs = [Knob("supply.lookahead", _with_start(sp.lookahead, (0, 1, 2, 4, 8))),
+             Knob("data.workers", _with_start(cfg.data.workers, (0, 1, 2))),
+             Knob("data.queue_depth", _with_start(cfg.data.queue_depth, (1, 2, 4, 8)))]
+    if store.tiered and sp.path != "ps-direct":
+        dev = store.device.rows
+        if dev is not None:
+            knobs.append(Knob("store.device.rows", _with_start(dev, tuple(
+                dev * k for k in (2, 4, 8, 16)))))
+        knobs.append(Knob("store.device.policy",
+                          _with_start(store.device.policy, ("lru", "lfu", "hotness"))))
+        knobs.append(Knob("supply.horizon", _with_start(sp.horizon, (0, 2, 8))))
+    if sp.path in ("ps-tiered", "collaborative"):
+        knobs.append(Knob("store.remote.num_shards",
+                          _with_start(store.remote.num_shards, (1, 2, 4))))
+    if sp.path == "collaborative":
+        knobs.append(Knob("supply.publish_every", _with_start(sp.publish_every, (1, 2, 4))))
+    return knobs
+
+
+def apply(raw: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the config mapping ``raw`` with the knobs' values set."""
+    return set_dotted(copy.deepcopy(raw), params)
