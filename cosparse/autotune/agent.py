@@ -135,7 +135,13 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
             continue
         again, b = run(start, "baseline")  # A/B/A: the start measured again after it
         after = b.samples_per_s if not b.error else before
-        _constrain(again, [*budgets.violations(b.figures()), -1.0, 1.0 if b.error else -1.0])
+        drift = not b.error and (b.loss_digest, b.row_digest) != reference
+        if drift:  # the same config trained other numbers: the engine is not deterministic
+            again.set_user_attr("veto", "engine bug: the start trained other losses or rows "
+                                        "when run again")
+            log(f"VETO trial {again.number}: {again.user_attrs['veto']}")
+        _constrain(again, [*budgets.violations(b.figures()), 1.0 if drift else -1.0,
+                           1.0 if b.error else -1.0])
         again.set_user_attr("baselines", [after, after])
         study.tell(again, 1.0)
         trial.set_user_attr("baselines", [before, after])
