@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="keep the agent's journal and report here")
     a = p.parse_args(argv)
     trials, rounds = (8, 2) if a.quick else (30, 5)
-    window = Window(warmup_steps=8, windows=6, window_steps=8)
+    window = Window(warmup_steps=10, windows=6, window_steps=25)  # windows of ~0.25 s
     raw = poor_start()
     knobs = exact_knobs(config_from_mapping(copy.deepcopy(raw)))
     row_bytes = 4 * (16 + 1)  # a row and its row-wise Adagrad state

@@ -10,6 +10,7 @@ Every trial's figures, digests, code version, config hash and who ran it go into
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -170,11 +171,27 @@ def _speedup(sps: float, before: float, after: float) -> float:
     return sps / ref if ref > 0 else 0.0
 
 
+def noise(study: optuna.Study) -> float:
+    """The start's run-to-run spread: the coefficient of variation of its runs' throughput."""
+    runs = [_median(t.user_attrs["windows"]) for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("role") == "baseline" and t.user_attrs.get("windows")]
+    return statistics.stdev(runs) / statistics.mean(runs) if len(runs) > 1 else 0.0
+
+
+def _median(values: list[float]) -> float:
+    w = sorted(values)
+    return w[len(w) // 2]
+
+
 def decide(study: optuna.Study) -> dict[str, Any]:
     """The decision, from the journal's records alone: the feasible trial (the start among
     them) with the highest speedup, each speedup recomputed from its windows and the start's
-    measurements around it, and its feasibility from its figures and the budgets."""
+    measurements around it, and its feasibility from its figures and the budgets. A candidate
+    must beat the start by more than twice the start's own run-to-run spread, or the start
+    stays: the best of many noisy measurements is otherwise a winner by chance."""
     budgets = Budgets(**study.user_attrs["budgets"])
+    margin = 1.0 + 2.0 * noise(study)
     best: dict[str, Any] | None = None
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         a = t.user_attrs
@@ -182,14 +199,16 @@ def decide(study: optuna.Study) -> dict[str, Any]:
             continue
         if any(v > 0 for v in budgets.violations(a["figures"])):
             continue
-        w = sorted(a["windows"])
-        sps = w[len(w) // 2]
-        value = 1.0 if a["role"] == "baseline" else _speedup(sps, *a["baselines"])
+        value = 1.0 if a["role"] == "baseline" else _speedup(_median(a["windows"]),
+                                                              *a["baselines"])
+        if a["role"] == "candidate" and value <= margin:
+            continue
         if best is None or value > best["speedup"]:
             best = {"trial": t.number, "role": a["role"], "params": dict(t.params),
                     "speedup": value, "figures": a["figures"]}
     if best is None:
         raise RuntimeError("no trial was feasible, not even the start")
+    best["noise_margin"] = margin
     return best
 
 
