@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 from cosparse.autotune.audit import code_version, config_hash
 from cosparse.autotune.knobs import apply
 from cosparse.autotune.measure import measure
-from cosparse.autotune.types import Budgets, Knob, Measurement
+from cosparse.autotune.types import Budgets, Knob, Measurement, median
 from cosparse.config import ConfigError
 
 STUDY = "cosparse-tune"
@@ -173,15 +173,10 @@ def _speedup(sps: float, before: float, after: float) -> float:
 
 def noise(study: optuna.Study) -> float:
     """The start's run-to-run spread: the coefficient of variation of its runs' throughput."""
-    runs = [_median(t.user_attrs["windows"]) for t in study.get_trials(
+    runs = [median(t.user_attrs["windows"]) for t in study.get_trials(
         deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("role") == "baseline" and t.user_attrs.get("windows")]
     return statistics.stdev(runs) / statistics.mean(runs) if len(runs) > 1 else 0.0
-
-
-def _median(values: list[float]) -> float:
-    w = sorted(values)
-    return w[len(w) // 2]
 
 
 def decide(study: optuna.Study) -> dict[str, Any]:
@@ -199,7 +194,7 @@ def decide(study: optuna.Study) -> dict[str, Any]:
             continue
         if any(v > 0 for v in budgets.violations(a["figures"])):
             continue
-        value = 1.0 if a["role"] == "baseline" else _speedup(_median(a["windows"]),
+        value = 1.0 if a["role"] == "baseline" else _speedup(median(a["windows"]),
                                                               *a["baselines"])
         if a["role"] == "candidate" and value <= margin:
             continue

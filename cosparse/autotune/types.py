@@ -8,6 +8,12 @@ from typing import Any, Literal
 KnobClass = Literal["exact", "reordering", "semantic"]
 
 
+def median(values: list[float]) -> float:
+    """The middle window's figure (the upper one of an even count; 0 for none)."""
+    w = sorted(values)
+    return w[len(w) // 2] if w else 0.0
+
+
 @dataclass(frozen=True)
 class Knob:
     """One setting the agent may change: its dotted config key and the values it may take
@@ -56,8 +62,7 @@ class Measurement:
 
     @property
     def samples_per_s(self) -> float:
-        w = sorted(self.windows)
-        return w[len(w) // 2] if w else 0.0
+        return median(self.windows)
 
     def figures(self) -> dict[str, float]:
         return {"samples_per_s": self.samples_per_s, "device_bytes": self.device_bytes,

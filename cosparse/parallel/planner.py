@@ -126,26 +126,24 @@ def plan_sharding(tables: list[TableConfig], stats: Mapping[str, TableStats], ba
     bps = link_gbps * 1e9 / 8
     for t in order:
         st = stats[t.name]
-        best: tuple[float, float, TableSharding] | None = None
+        best: tuple[float, float, TableSharding, tuple[np.ndarray, ...]] | None = None
         for cand in _candidates(t, st, world, ranks_per_node, replicate_below,
                                 pins.get(t.name)):
-            pull, push = ps_bytes(cand, st, world, supply)
-            load = sent + sent_bytes(cand, st, batch, world) + pulled + pull + pushed + push
-            h2 = held + held_bytes(cand, st, world)
+            adds = (sent_bytes(cand, st, batch, world), *ps_bytes(cand, st, world, supply),
+                    held_bytes(cand, st, world))
+            load = sent + pulled + pushed + adds[0] + adds[1] + adds[2]
+            h2 = held + adds[3]
             fits = budget is None or h2.max() <= budget
             key = (0.0 if fits else 1.0, load.max() / bps + 1e-15 * h2.max())
             if best is None or key < best[:2]:
-                best = (*key, cand)
+                best = (*key, cand, adds)
         assert best is not None
         if best[0] and t.name in pins:
             raise ConfigError(f"parallel.sharding.{t.name}: {pins[t.name]} does not fit the "
                               f"budget of {budget} bytes per rank")
         chosen[t.name] = best[2]
-        sent += sent_bytes(best[2], st, batch, world)
-        pull, push = ps_bytes(best[2], st, world, supply)
-        pulled += pull
-        pushed += push
-        held += held_bytes(best[2], st, world)
+        for total, add in zip((sent, pulled, pushed, held), best[3], strict=True):
+            total += add
     links = {"rank_rank": float(sent.sum())}
     if supply is not None:
         links |= {supply.pull_link: float(pulled.sum()), "trainer_ps.push": float(pushed.sum())}
