@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from cosparse.autotune.agent import Window, decide, load, replay, tune
-from cosparse.autotune.knobs import exact_knobs
+from cosparse.autotune.knobs import apply, exact_knobs
+from cosparse.autotune.measure import measure
 from cosparse.autotune.output import write_outputs
 from cosparse.autotune.types import Budgets, Knob
 from cosparse.cli import main as cli_main
@@ -105,3 +106,39 @@ def test_a_start_that_does_not_run_is_a_config_error(tmp_path, capsys):
     assert cli_main(["tune", "--config", str(path), "--trials", "1", "--out",
                      str(tmp_path / "o")]) == 2
     assert "the start configuration does not run" in capsys.readouterr().err
+
+
+def _over_ps(path: str) -> dict:
+    raw = json.loads(json.dumps(POOR))
+    raw["store"]["host"] = {"rows": 3000, "policy": "lru", "spill": True, "spill_to": "remote"}
+    raw["store"]["remote"] = {"num_shards": 1}
+    raw["supply"]["path"] = path
+    return raw
+
+
+def test_every_supply_path_choice_is_a_valid_config():
+    """The supply-path knob brings the store each path needs (A: no host tier; resident: no PS
+    beneath the host tier), and drops what a path would refuse."""
+    start = _over_ps("collaborative")
+    start["supply"]["publish_every"] = 2
+    (path_knob,) = [k for k in exact_knobs(config_from_mapping(start)) if k.key == "supply.path"]
+    assert path_knob.choices[0] == "collaborative" and len(set(path_knob.choices)) == 4
+    for choice in path_knob.choices:
+        cfg = config_from_mapping(apply(start, {"supply.path": choice}))
+        assert cfg.supply.path == choice
+        assert (cfg.store.host.rows is None) == (choice in ("resident", "ps-direct"))
+
+
+def test_the_supply_paths_train_the_same_numbers(tmp_path):
+    """Trials of the start's other supply paths (rows resident, A over the PS) end with the
+    start's (B's) losses and rows bit for bit: the path is an exact knob."""
+    start = _over_ps("collaborative")
+    runs = {p: measure(WINDOW.config(apply(start, {"supply.path": p})), WINDOW.warmup_steps,
+                       tmp_path / p, 120.0) for p in ("collaborative", "resident", "ps-direct")}
+    for p, m in runs.items():
+        assert m.error is None, (p, m.error)
+        assert (m.loss_digest, m.row_digest) == (runs["collaborative"].loss_digest,
+                                                 runs["collaborative"].row_digest), p
+    # an unbounded host tier counts the vocabulary (20,000 rows x 36 bytes), not the rows seen
+    assert runs["resident"].host_bytes == 20000 * 36
+    assert runs["ps-direct"].host_bytes == 0 and runs["ps-direct"].device_bytes == 600 * 36

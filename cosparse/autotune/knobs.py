@@ -14,6 +14,8 @@ from cosparse.autotune.types import Knob
 from cosparse.config import Config
 from cosparse.config.mapping import set_dotted
 
+PATHS = ("resident", "ps-tiered", "ps-direct", "collaborative")
+
 
 def _with_start(start: Any, values: tuple[Any, ...]) -> tuple[Any, ...]:
     return (start, *[v for v in values if v != start])
@@ -33,6 +35,13 @@ def exact_knobs(cfg: Config) -> list[Knob]:
         knobs.append(Knob("store.device.policy",
                           _with_start(store.device.policy, ("lru", "lfu", "hotness"))))
         knobs.append(Knob("supply.horizon", _with_start(sp.horizon, (0, 2, 8))))
+    if store.tiered and store.host.rows is not None:
+        host = store.host.rows
+        knobs.append(Knob("store.host.rows", _with_start(host, tuple(host * k for k in (2, 4, 8)))))
+        knobs.append(Knob("store.host.policy",
+                          _with_start(store.host.policy, ("lru", "lfu", "hotness"))))
+    if sp.path in ("ps-tiered", "collaborative"):  # the supply paths over the start's PS
+        knobs.append(Knob("supply.path", _with_start(sp.path, PATHS)))
     if sp.path in ("ps-tiered", "collaborative"):
         knobs.append(Knob("store.remote.num_shards",
                           _with_start(store.remote.num_shards, (1, 2, 4))))
@@ -42,5 +51,30 @@ def exact_knobs(cfg: Config) -> list[Knob]:
 
 
 def apply(raw: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """A copy of the config mapping ``raw`` with the knobs' values set."""
-    return set_dotted(copy.deepcopy(raw), params)
+    """A copy of the config mapping ``raw`` with the knobs' values set (a supply path with the
+    store settings it needs: see ``_fit_store``)."""
+    out = set_dotted(copy.deepcopy(raw), params)
+    if "supply.path" in params:
+        _fit_store(out)
+    return out
+
+
+def _fit_store(raw: dict[str, Any]) -> None:
+    """The store that the mapping's supply path needs, in place: ``resident`` keeps every row in
+    this process (an unbounded host tier, so its host bytes count the whole vocabulary),
+    ``ps-direct`` (architecture A) keeps the device cache and no host tier, and the paths with
+    tiers over the PS write host victims to it. Settings a path would refuse are dropped."""
+    path = raw["supply"]["path"]
+    store = raw.setdefault("store", {})
+    host = store.get("host") or {}
+    if path == "resident":
+        store["host"] = {k: v for k, v in host.items() if k not in ("rows", "budget_bytes")}
+        store["host"].update(spill=False, spill_to="memory")
+    elif path == "ps-direct":
+        store.pop("host", None)
+        raw["supply"].pop("horizon", None)
+    else:
+        store["host"] = {**host, "spill": True, "spill_to": "remote"}
+    if path != "collaborative":
+        for key in ("publish_every", "fallback"):
+            raw["supply"].pop(key, None)

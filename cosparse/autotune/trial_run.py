@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from cosparse.store.device_cache import DeviceCache
+
 
 def _say(rec: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(rec) + "\n")
@@ -34,18 +36,33 @@ def row_digest(rows: dict[str, dict[str, np.ndarray]]) -> str:
     return h.hexdigest()
 
 
+def vocabulary(cfg: Any) -> int | None:
+    """How many rows a table of this run's reader can come to hold (None: unknown)."""
+    reader = cfg.data.reader
+    if reader == "synthetic":
+        return cfg.data.synthetic.vocab_size
+    if reader == "synthetic_sequences":
+        return cfg.data.events.synthetic.vocab_size
+    return None
+
+
 def held_bytes(trainer: Any) -> tuple[float, float]:
-    """(device, host) bytes the run's tables hold: the tiers' capacities, or every row of an
-    all-resident table on the device."""
+    """(device, host) bytes the run's tables hold: the tiers' capacities. An unbounded tier
+    (the host tier of a resident path, an all-resident table) counts the rows it comes to hold
+    in a long run, its vocabulary where the reader knows it, not the few a short trial saw."""
     device = host = 0.0
     plans = trainer.sizing.plans if trainer.sizing is not None else {}
+    vocab = vocabulary(trainer.cfg)
     for name, t in trainer.ec.tables.items():
         plan = plans.get(name)
-        if plan is None:
-            device += t.num_rows * t.row_bytes if trainer.cfg.supply.path == "resident" else 0
-            continue
-        device += plan.device_rows * t.row_bytes
-        host += (plan.host_rows if plan.host_rows is not None else t.num_rows) * t.row_bytes
+        if isinstance(t, DeviceCache) and trainer.cfg.supply.path == "ps-direct":
+            device += t.device_bytes()[1]  # architecture A's device cache over the PS
+        elif plan is not None:
+            device += plan.device_rows * t.row_bytes
+            rows = plan.host_rows if plan.host_rows is not None else max(t.num_rows, vocab or 0)
+            host += rows * t.row_bytes
+        elif trainer.cfg.supply.path == "resident":  # all-resident on the device
+            device += max(t.num_rows, vocab or 0) * t.row_bytes
     return device, host
 
 
