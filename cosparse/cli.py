@@ -35,12 +35,24 @@ def _train(args: argparse.Namespace) -> int:
 
         for c in [model_config(cfg, i) for i in range(len(cfg.models))] if cfg.models else [cfg]:
             discard_earlier_run(c, tqdm.write)
+    agent = None
+    if cfg.train.autotune.knobs:
+        if cfg.models or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError("train.autotune: the live agent tunes one model on one process "
+                              "(not models: or torchrun; tune those offline with cosparse tune)")
+        from tqdm import tqdm
+
+        from cosparse.autotune.live import LiveAgent, journal_path
+
+        agent = LiveAgent(cfg, journal_path(cfg), log=tqdm.write)
+        tqdm.write(f"autotune: live agent on {', '.join(cfg.train.autotune.knobs)}, every "
+                   f"{cfg.train.autotune.every} steps; audit journal {journal_path(cfg)}")
     if cfg.models:  # several models from one feature extraction
         from cosparse.train.multi import MultiTrainer
 
         trainer = MultiTrainer(cfg)
     else:
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, on_interval=agent)
     try:
         if args.resume:
             trainer.resume(args.resume)

@@ -19,6 +19,22 @@ class CheckpointConfig:
     incremental: bool = False  # PS shards snapshot only the rows written since their last one
 
 
+# the exact knobs a running trainer can change between intervals (train.autotune.knobs)
+LIVE_KNOBS = ("supply.lookahead", "supply.horizon", "data.workers", "data.queue_depth",
+              "supply.publish_every")
+
+
+@dataclass
+class AutotuneConfig:
+    """The live tuning agent: it changes ``knobs`` (of ``LIVE_KNOBS``) one at a time, each
+    measured over ``every`` steps against the ``every`` steps before it (none: off)."""
+
+    knobs: list[str] = field(default_factory=list)
+    every: int = 200  # steps per measured interval: a multiple of train.log_every
+    journal: str | None = None  # the audit journal (default: beside metrics_json, else here)
+    min_gain: float = 0.03  # a change stays if it is this much faster, significantly
+
+
 @dataclass
 class TrainConfig:
     steps: int = 1000
@@ -42,10 +58,34 @@ class TrainConfig:
     # against the PS's (a PEEK per table and step); a stale copy stops the run, naming the table,
     # an ID and both versions
     check_versions: bool = False
+    autotune: AutotuneConfig = field(default_factory=AutotuneConfig)
 
 
 def validate_train(cfg: Config) -> None:
-    """Periodic checkpoints have a directory."""
+    """Periodic checkpoints have a directory; the live agent's knobs are live knobs."""
     ck = cfg.train.checkpoint
     if ck.every and not ck.dir:
         raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every is set")
+    _validate_autotune(cfg)
+
+
+def _validate_autotune(cfg: Config) -> None:
+    at, log_every = cfg.train.autotune, cfg.train.log_every
+    if not at.knobs:
+        return
+    bad = [k for k in at.knobs if k not in LIVE_KNOBS]
+    if bad:
+        raise ConfigError(f"train.autotune.knobs: {', '.join(bad)} cannot change while training "
+                          f"(live knobs: {', '.join(LIVE_KNOBS)}; `cosparse tune` tunes the rest)")
+    if at.every < 4 * log_every or at.every % log_every:  # (3 measured after a restart)
+        raise ConfigError(f"train.autotune.every: {at.every} must be a multiple of train.log_every "
+                          f"({log_every}) and at least 4 of its intervals, to compare windows")
+    path = cfg.supply.path
+    if "supply.publish_every" in at.knobs and path != "collaborative":
+        raise ConfigError(f"train.autotune.knobs: supply.publish_every is architecture B's; "
+                          f"supply.path '{path}' publishes nothing")
+    if "supply.lookahead" in at.knobs and path == "ps-direct":
+        raise ConfigError("train.autotune.knobs: supply.lookahead sizes architecture A's tables "
+                          "when they are built; it cannot change live on supply.path 'ps-direct'")
+    if "supply.horizon" in at.knobs and (path == "ps-direct" or not cfg.store.tiered):
+        raise ConfigError("train.autotune.knobs: supply.horizon steers tiered tables only")

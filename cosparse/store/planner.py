@@ -33,6 +33,7 @@ class CachePlanner:
     def __init__(self, tables: Mapping[str, TablePlacement], lookahead: int, windowed: bool = True):
         self.tables = tables
         # all-resident tables pin nothing, so their batches need not wait for each other
+        self.windowed = windowed
         self.lookahead = lookahead if windowed else 1 << 62
         self._cond = threading.Condition()
         self._done = 0  # batches trained (their optimizer step applied)
@@ -48,6 +49,12 @@ class CachePlanner:
         progress for ``stall_timeout_s`` (0: wait without bound)."""
         self._trainer = trainer
         self._stall_timeout_s = stall_timeout_s
+
+    def set_lookahead(self, lookahead: int) -> None:
+        """Plan this many batches ahead from now on (between runs of the stream: nothing in
+        flight); all-resident tables stay unbounded."""
+        if self.windowed:
+            self.lookahead = lookahead
 
     def reset(self, seq: int) -> None:
         """Forget batches in flight (after a stop) and continue from batch ``seq``."""

@@ -47,6 +47,9 @@ class LocalPath:
     def health(self) -> str | None:
         return None
 
+    def set_publish_every(self, steps: int) -> None:
+        raise ValueError("supply.publish_every: only supply.path 'collaborative' publishes")
+
     def fall_back(self, reason: str, step: int) -> None:
         raise AssertionError("the resident path has nothing to fall back from")
 

@@ -60,6 +60,9 @@ class PSPath:
     def health(self) -> str | None:
         return None
 
+    def set_publish_every(self, steps: int) -> None:
+        raise ValueError("supply.publish_every: only supply.path 'collaborative' publishes")
+
     def fall_back(self, reason: str, step: int) -> None:
         raise AssertionError(f"supply.path '{self.name}' has nothing to fall back from")
 

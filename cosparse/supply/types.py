@@ -63,6 +63,9 @@ class SupplyPath(Protocol):
 
     def fall_back(self, reason: str, step: int) -> None: ...
 
+    # architecture B only: steps between two publications of the resident filter, from now on
+    def set_publish_every(self, steps: int) -> None: ...
+
     # --- checkpoints ----------------------------------------------------------------------
     def refuse_stale(self) -> None: ...
 

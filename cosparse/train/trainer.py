@@ -58,6 +58,7 @@ from cosparse.train.inputs import (
     model_inputs,
 )
 from cosparse.train.leftovers import sweep_dead_runs
+from cosparse.train.live import Reconfigure, set_live
 from cosparse.train.metrics import IntervalCounters, IntervalStats, MetricsSink
 from cosparse.train.nonfinite import NonFiniteLoss
 from cosparse.train.prefetch import Prefetcher
@@ -77,13 +78,16 @@ class Trainer:
     def __init__(self, cfg: Config, log: Callable[[str], None] | None = None,
                  inputs: ModelInputs | None = None,
                  stream_factory: Callable[[int], Any] | None = None,
-                 on_interval: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_interval: Callable[[dict[str, Any]], Reconfigure | None] | None = None
+                 ) -> None:
         """``inputs``: the readers (default: from ``cfg.data`` and ``cfg.features``);
         ``stream_factory(start_batch)``: the training batches of an epoch, instead of a data
         stream of this trainer's own (a multi-model run hands each model its view);
         ``on_interval(record)``: called with every interval's metrics, as they are written
-        (what a tuning agent watches a run through)."""
+        (what a tuning agent watches a run through); it may answer with live knobs to change,
+        which apply before the next batch (``cosparse.train.live``)."""
         self.on_interval = on_interval
+        self._pending: Reconfigure | None = None
         self.log = log or (lambda msg: tqdm.write(msg))
         swept = sweep_dead_runs(cfg)  # what runs that are gone left: never a live run's
         if swept:
@@ -410,7 +414,7 @@ class Trainer:
                         if self.state.step >= total:
                             break
                         failure = self.path.health()
-                        if failure is not None:
+                        if failure is not None or self._pending is not None:
                             break
                     else:
                         self.state.epoch += 1
@@ -426,6 +430,8 @@ class Trainer:
                     self.ec.planner.reset(self.state.step)
                 if failure is not None:
                     self.path.fall_back(failure, self.state.step)
+                elif self._pending is not None:
+                    self._reconfigure(self._pending)
         finally:
             bar.close()
         if stats.steps:
@@ -500,7 +506,9 @@ class Trainer:
             rec.update(self._rank_rank(stats.steps))
         self.sink.write(rec)
         if self.on_interval is not None:
-            self.on_interval(rec)
+            answer = self.on_interval(rec)
+            if answer is not None and answer.changes:
+                self._pending = answer
         if bar is not None:
             bar.set_postfix(loss=f"{rec['loss']:.4f}", samples_s=f"{rec['samples_per_s']:,.0f}")
             if bar.disable:
@@ -510,6 +518,20 @@ class Trainer:
                 )
         stats.reset()
         return rec
+
+    def _reconfigure(self, r: Reconfigure) -> None:
+        """Apply live knobs between two batches (the stream and planner are stopped)."""
+        for cfg in {id(self.cfg): self.cfg, id(self.shard_cfg): self.shard_cfg}.values():
+            set_live(cfg, r.changes)
+        self.ec.planner.set_lookahead(self.cfg.supply.lookahead)
+        if "supply.publish_every" in r.changes:
+            self.path.set_publish_every(self.cfg.supply.publish_every)
+        self._pending = None
+        self.sink.write({"kind": "reconfigure", "step": self.state.step, "changes": r.changes,
+                         "reason": r.reason, "by": r.by})
+        said = ", ".join(f"{k} = {v}" for k, v in r.changes.items())
+        self.log(f"step {self.state.step}: {r.by or 'a callback'} set {said}"
+                 + (f" ({r.reason})" if r.reason else ""))
 
     def _rank_rank(self, steps: int) -> dict[str, float]:
         """Since the last interval: the bytes all ranks sent each other (summed over ranks),

@@ -111,6 +111,11 @@ class CollaborativePath(PSPath):
     def health(self) -> str | None:
         return self.supply.health() if self.supply is not None else None
 
+    def set_publish_every(self, steps: int) -> None:
+        self.cfg.supply.publish_every = steps
+        if self.supply is not None:
+            self.supply.publish_every = max(1, steps)
+
     def fall_back(self, reason: str, step: int) -> None:
         """Go on with the trainer's own pulls (``supply.fallback: ps-direct``), keeping the
         tiers: the batches not yet trained are planned again from the PS. Without it, raise."""

@@ -1,0 +1,215 @@
+"""The live tuning agent (``train.autotune``): during a real run it changes one live knob at a
+time between intervals, chosen from the run's own counters, and keeps a change only if the next
+window's steady-state throughput beats the window before it beyond noise; otherwise it rolls the
+change back.
+
+- A window is ``train.autotune.every`` steps: its interval records, less the first one after a
+  change (the data stream and planner restart in it: not steady state).
+- "Beyond noise" is a one-sided Mann-Whitney U test of the two windows' interval throughputs
+  (scipy) at p < 0.1, and a median gain over ``min_gain``.
+- Every change, kept or rolled back, is an Optuna trial in a ``JournalStorage`` log (the offline
+  agent's audit format: the knobs, both windows, the verdict, the code version, the config hash,
+  who applied it), and each change reaches the run's metrics as a ``reconfigure`` record.
+- It reaches the trainer only through ``Trainer(on_interval=...)``: it answers an interval with
+  a ``Reconfigure``. The live knobs are exact, so the run trains the numbers it would without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from scipy.stats import mannwhitneyu
+
+from cosparse.autotune.audit import code_version, config_hash
+from cosparse.config import Config
+from cosparse.train.live import Reconfigure
+
+STUDY = "cosparse-live"
+APPLIED_BY = "live agent (train.autotune)"
+# the values each live knob steps through, one rung at a time
+LADDERS: dict[str, tuple[int, ...]] = {
+    "supply.lookahead": (0, 1, 2, 4, 8),
+    "supply.horizon": (0, 2, 8),
+    "data.workers": (0, 1, 2, 4),
+    "data.queue_depth": (1, 2, 4, 8),
+    "supply.publish_every": (1, 2, 4, 8),
+}
+P_VALUE = 0.1
+
+
+def _value(cfg: Config, key: str) -> int:
+    section, name = key.split(".")
+    return int(getattr(getattr(cfg, section), name))
+
+
+def _mean(recs: list[dict[str, Any]], key: str) -> float:
+    return statistics.fmean(float(r.get(key) or 0.0) for r in recs) if recs else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Move:
+    """One candidate change and the counter that argues for it (its milliseconds per step)."""
+
+    key: str
+    value: int
+    score: float
+    reason: str
+
+
+def journal_path(cfg: Config) -> Path:
+    """``train.autotune.journal``, else beside ``train.metrics_json``, else in this directory."""
+    at = cfg.train.autotune
+    if at.journal:
+        return Path(at.journal)
+    if cfg.train.metrics_json:
+        return Path(cfg.train.metrics_json).with_suffix(".autotune.log")
+    return Path("autotune-journal.log")
+
+
+class LiveAgent:
+    """``Trainer(on_interval=LiveAgent(cfg, journal))``: see the module docstring."""
+
+    def __init__(self, cfg: Config, journal: Path, log: Callable[[str], None] = print) -> None:
+        at = cfg.train.autotune
+        self.knobs = list(at.knobs)
+        self.per_window = at.every // cfg.train.log_every
+        self.min_gain = at.min_gain
+        self.log = log
+        self.current = {k: _value(cfg, k) for k in self.knobs}
+        self.ladders = {k: tuple(sorted({*LADDERS[k], self.current[k]})) for k in self.knobs}
+        self.cores = len(os.sched_getaffinity(0))
+        self.base: list[float] | None = None  # the window before the change under trial
+        self.trying: Move | None = None
+        self.old: int | None = None
+        self.tabu: set[tuple[str, int]] = set()
+        self.window: list[float] = []
+        self.recs: list[dict[str, Any]] = []
+        self.skip = 0  # intervals left to drop (the restart after a change)
+        self.target = self.per_window  # intervals the current window measures
+        self.intervals = 0
+        self.settled = False
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        self.study = optuna.create_study(
+            study_name=STUDY, direction="maximize", load_if_exists=True,
+            storage=JournalStorage(JournalFileBackend(str(journal))))
+        self.study.set_user_attr("code", code_version())
+        self.study.set_user_attr("start", dict(self.current))
+        self.config_hash = config_hash(dataclasses.asdict(cfg))
+        self.changes: list[dict[str, Any]] = []  # what it did, in order (kept or rolled back)
+        self._restart()  # the run's first interval starts the stream and warms the tiers
+
+    # --- the trainer's callback -------------------------------------------------------------
+    def __call__(self, rec: dict[str, Any]) -> Reconfigure | None:
+        self.intervals += 1
+        if self.skip:
+            self.skip -= 1
+            return None
+        self.window.append(float(rec["samples_per_s"]))
+        self.recs.append(rec)
+        if len(self.window) < self.target:
+            return None
+        window, recs = self.window, self.recs
+        self.window, self.recs = [], []
+        self.target = self.per_window
+        step = int(rec["step"])
+        if self.trying is not None:
+            answer = self._judge(window, step)
+            if answer is not None:
+                return answer
+        else:
+            self.base = window
+        return self._propose(recs, step)
+
+    # --- deciding ---------------------------------------------------------------------------
+    def _judge(self, window: list[float], step: int) -> Reconfigure | None:
+        """Keep the change under trial (None: go on proposing) or roll it back."""
+        move, old, base = self.trying, self.old, self.base
+        assert move is not None and old is not None and base is not None
+        gain = statistics.median(window) / statistics.median(base)
+        p = float(mannwhitneyu(window, base, alternative="greater").pvalue)
+        kept = p < P_VALUE and gain > 1.0 + self.min_gain
+        self._journal(move, old, base, window, gain, p, kept, step)
+        self.trying = self.old = None
+        verdict = (f"{move.key} {old} -> {move.value}: {gain:.3f}x the window before "
+                   f"(p = {p:.3f})")
+        if kept:
+            self.current[move.key] = move.value
+            self.base = window
+            self.log(f"autotune: kept {verdict}")
+            return None
+        self.tabu.add((move.key, move.value))
+        self.base = None  # measured again after the rollback
+        self._restart()
+        self.log(f"autotune: rolled back {verdict}")
+        return Reconfigure({move.key: old}, f"rolled back: {verdict}", APPLIED_BY)
+
+    def _propose(self, recs: list[dict[str, Any]], step: int) -> Reconfigure | None:
+        moves = [m for m in self._moves(recs) if (m.key, m.value) not in self.tabu]
+        if not moves:
+            if not self.settled:
+                self.log(f"autotune: settled at step {step}: {self.current}")
+            self.settled = True
+            return None
+        move = max(moves, key=lambda m: m.score)
+        self.trying, self.old = move, self.current[move.key]
+        self._restart()
+        return Reconfigure({move.key: move.value}, move.reason, APPLIED_BY)
+
+    def _restart(self) -> None:
+        """The change restarts the stream: its first interval is not steady state."""
+        self.skip, self.target = 1, self.per_window - 1
+
+    def _moves(self, recs: list[dict[str, Any]]) -> list[Move]:
+        """Each knob's next rung up and down, scored by the stage time it would relieve."""
+        wait = _mean(recs, "stage_ms.read")  # the trainer waiting for the next prepared batch
+        plan = _mean(recs, "stage_ms.plan") + _mean(recs, "stage_ms.fill")
+        featurize = _mean(recs, "stage_ms.featurize")
+        step = max(_mean(recs, "step_ms_p50"), 1e-3)
+        shrinks = _mean(recs, "lookahead_shrinks")
+        hit = _mean(recs, "hit_rate.device")
+        la = self.current.get("supply.lookahead")
+        up = {"supply.lookahead": (plan if la == 0 else wait,
+                                   f"planning {plan:.1f} ms and waiting {wait:.1f} ms a step"),
+              "data.workers": (featurize + wait, f"featurizing {featurize:.1f} ms and waiting "
+                                                 f"{wait:.1f} ms a step"),
+              "data.queue_depth": (wait / 2, f"waiting {wait:.1f} ms a step for batches"),
+              "supply.horizon": (plan * (1.0 - hit) / 2,
+                                 f"device hit rate {hit:.2f}, planning {plan:.1f} ms a step"),
+              "supply.publish_every": (0.05 * step, "publishing the filter less often frees "
+                                                    "CPU for the step")}
+        down = {"supply.lookahead": (shrinks * step, f"{shrinks:.1f} lookahead shrinks a "
+                                                     "interval"),
+                "data.workers": (0.05 * step if self.current.get("data.workers", 0)
+                                 >= self.cores else 0.0, "more workers than cores"),
+                "supply.horizon": (shrinks * step / 2, f"{shrinks:.1f} lookahead shrinks")}
+        out = []
+        for key in self.knobs:
+            ladder, now = self.ladders[key], self.current[key]
+            i = ladder.index(now)
+            for j, table in ((i + 1, up), (i - 1, down)):
+                score, why = table.get(key, (0.0, ""))
+                if 0 <= j < len(ladder) and score > 0:
+                    out.append(Move(key, ladder[j], score, why))
+        return out
+
+    def _journal(self, move: Move, old: int, base: list[float], window: list[float],
+                 gain: float, p: float, kept: bool, step: int) -> None:
+        params = {**self.current, move.key: move.value}
+        record = {"step": step, "knob": move.key, "from": old, "to": move.value,
+                  "reason": move.reason, "base_windows": base, "windows": window,
+                  "gain": gain, "p_value": p, "kept": kept, "params": params,
+                  "config_hash": self.config_hash, "applied_by": APPLIED_BY,
+                  **self.study.user_attrs["code"]}
+        self.study.add_trial(optuna.trial.create_trial(
+            params=params, value=gain, user_attrs=record,
+            distributions={k: CategoricalDistribution(list(self.ladders[k])) for k in params}))
+        self.changes.append(record)

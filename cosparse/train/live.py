@@ -1,0 +1,35 @@
+"""Changing exact knobs of a running trainer between intervals: the live tuning agent's reach.
+
+The data stream and the planner thread stop at a batch boundary, the settings change, and the
+stream starts again at the next batch, as after a fallback. The knobs (``LIVE_KNOBS``) move work
+between threads and processes only, so what the run computes does not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cosparse.config import Config
+from cosparse.config.train import LIVE_KNOBS
+
+
+@dataclass(frozen=True)
+class Reconfigure:
+    """What an ``on_interval`` callback may answer: settings to change before the next batch,
+    why, and who asks (written to the metrics with the step)."""
+
+    changes: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    by: str = ""
+
+
+def set_live(cfg: Config, changes: dict[str, Any]) -> None:
+    """Set live knobs (dotted keys of ``LIVE_KNOBS``) on ``cfg``, in place."""
+    for key, value in changes.items():
+        if key not in LIVE_KNOBS:
+            raise ValueError(f"{key}: not a live knob (live knobs: {', '.join(LIVE_KNOBS)})")
+        section, name = key.split(".")
+        if not isinstance(value, int) or value < (1 if name == "publish_every" else 0):
+            raise ValueError(f"{key}: {value!r} is not a valid value")
+        setattr(getattr(cfg, section), name, value)

@@ -1,0 +1,112 @@
+"""The live tuning agent (``train.autotune``) in a real run: it changes live knobs between
+intervals (the stream and planner restart at a batch boundary), keeps or rolls back each change
+by a test of the windows' throughputs, journals every change, and the run trains the numbers it
+trains without the agent, bit for bit."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from cosparse.autotune.live import LiveAgent
+from cosparse.autotune.trial_run import row_digest
+from cosparse.cli import main as cli_main
+from cosparse.config import ConfigError, config_from_mapping
+from cosparse.train.live import Reconfigure
+from cosparse.train.trainer import Trainer
+
+POOR = {
+    "data": {"reader": "synthetic", "batch_size": 128, "workers": 0,
+             "synthetic": {"num_features": 4, "num_dense": 2, "vocab_size": 20000,
+                           "alpha": 1.05, "seed": 3, "num_batches": 200, "eval_batches": 1}},
+    "model": {"kind": "dlrm", "bottom": [8, 8], "top": [8, 1],
+              "dense_optimizer": {"kind": "adagrad", "lr": 0.05}},
+    "tables": [{"name": "cat", "dim": 8, "features": ["C1", "C2", "C3", "C4"],
+                "optimizer": {"kind": "rowwise_adagrad", "lr": 0.05}}],
+    "store": {"device": {"rows": 600, "policy": "lru"}},
+    "supply": {"lookahead": 0},
+    "train": {"steps": 60, "threads": 1, "log_every": 2, "progress": False},
+}
+KNOBS = ["supply.lookahead", "supply.horizon", "data.workers", "data.queue_depth"]
+
+
+def _train(raw: dict, on_interval=None) -> tuple[list[float], str, Trainer]:
+    t = Trainer(config_from_mapping(raw), log=print, on_interval=on_interval)
+    try:
+        t.run(evaluate=False)
+        return list(t.losses), row_digest(t.ec.export_rows()), t
+    finally:
+        t.close()
+
+
+def test_live_changes_keep_the_run_bit_identical(tmp_path):
+    """The agent changes knobs every 8 steps (rolling back what does not pay): the losses and
+    rows equal those of the same run without it, and every change is journaled."""
+    plain = _train(POOR)
+    raw = copy.deepcopy(POOR)
+    raw["train"].update(autotune={"knobs": KNOBS, "every": 8},
+                        metrics_json=str(tmp_path / "m.jsonl"))
+    said: list[str] = []
+    agent = LiveAgent(config_from_mapping(raw), tmp_path / "j.log", log=said.append)
+    tuned = _train(raw, agent)
+    assert tuned[0] == plain[0] and tuned[1] == plain[1]
+    assert agent.changes, said  # it tried something
+    records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    applied = [r for r in records if r["kind"] == "reconfigure"]
+    rolled = [c for c in agent.changes if not c["kept"]]
+    assert len(applied) == len(agent.changes) + len(rolled) + (agent.trying is not None)
+    assert all(r["by"] == "live agent (train.autotune)" and r["changes"] for r in applied)
+    study = optuna.load_study(study_name="cosparse-live", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log"))))
+    logged = study.get_trials()
+    assert len(logged) == len(agent.changes)
+    for t, c in zip(logged, agent.changes, strict=True):
+        assert t.params == c["params"] and t.user_attrs["kept"] == c["kept"]
+        assert t.user_attrs["git_sha"] and t.user_attrs["config_hash"]
+        assert t.user_attrs["windows"] and t.user_attrs["base_windows"]
+
+
+def test_a_forced_change_sequence_is_exact():
+    """Whatever the agent decides, a run reconfigured every interval through every live knob
+    and value trains the same numbers as one that never changes."""
+    plain = _train(POOR)
+    plan = iter([{"supply.lookahead": 2}, {"data.workers": 2}, {"supply.horizon": 8},
+                 {"data.queue_depth": 1}, {"supply.lookahead": 8, "data.workers": 1},
+                 {"supply.lookahead": 0}, {"data.workers": 0}, {"supply.horizon": 0}])
+    changed = _train(POOR, lambda rec: Reconfigure(next(plan, {}), "test", "test"))
+    assert changed[0] == plain[0] and changed[1] == plain[1]
+    assert changed[2].cfg.supply.lookahead == 0 and changed[2].cfg.data.workers == 0
+
+
+@pytest.mark.parametrize("knobs,why", [
+    (["store.device.rows"], "cannot change while training"),
+    (["supply.publish_every"], "publishes nothing"),
+])
+def test_bad_live_knobs_are_config_errors(knobs, why):
+    raw = copy.deepcopy(POOR)
+    raw["train"]["autotune"] = {"knobs": knobs, "every": 8}
+    with pytest.raises(ConfigError, match=why):
+        config_from_mapping(raw)
+
+
+def test_cosparse_train_runs_the_live_agent(tmp_path, capsys):
+    raw = copy.deepcopy(POOR)
+    raw["train"].update(steps=30, autotune={"knobs": ["supply.lookahead"], "every": 8,
+                                            "journal": str(tmp_path / "j.log")})
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(raw))
+    assert cli_main(["train", "--config", str(path)]) == 0
+    err = capsys.readouterr()
+    assert "autotune: live agent on supply.lookahead" in err.out + err.err
+    assert Path(tmp_path / "j.log").exists()
+
+
+def test_a_window_too_short_to_compare_is_a_config_error():
+    raw = copy.deepcopy(POOR)
+    raw["train"]["autotune"] = {"knobs": KNOBS, "every": 6}  # 3 intervals of 2 steps
+    with pytest.raises(ConfigError, match="at least 4 of its intervals"):
+        config_from_mapping(raw)
