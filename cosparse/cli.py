@@ -79,6 +79,8 @@ def _capacities(text: str) -> list[float]:
 def _plan(args: argparse.Namespace) -> int:
     if args.sharding:
         return _plan_sharding(args)
+    if args.tiers:
+        return _plan_tiers(args)
     if args.steps is None:
         raise ConfigError("cosparse plan: --steps is required (batches of the trace to replay)")
     from cosparse.tune.run import run_plan
@@ -90,6 +92,42 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
 
     return body()
+
+
+def _plan_tiers(args: argparse.Namespace) -> int:
+    """Device and host sizes, PS shards and traffic under budgets, and their drift."""
+    from cosparse.config.sizes import parse_bytes
+    from cosparse.tune.tiers import describe, drift, plan_tiers
+    from cosparse.tune.trace import build_traces
+
+    if args.steps is None:
+        raise ConfigError("cosparse plan --tiers: --steps is required (batches to replay)")
+    if "device" not in args.budget:
+        raise ConfigError("cosparse plan --tiers: --budget device=SIZE is required")
+    device = parse_bytes(args.budget["device"], "--budget device")
+    host = parse_bytes(args.budget["host"], "--budget host") if "host" in args.budget else None
+    shard = parse_bytes(args.ps_shard_memory, "--ps-shard-memory")
+    policies = tuple(args.policies.split(",")) if args.policies else None
+
+    def recommend(path: str) -> Any:
+        cfg = load_config(path, {"data.path": args.data} if args.data else {})
+        traces = build_traces(cfg, args.steps, progress=not args.no_progress)
+        return plan_tiers(cfg, traces, device, host, shard, policies)
+
+    rep = recommend(args.config)
+    print(describe(rep))
+    doc: dict[str, Any] = {"config": str(args.config), "steps": args.steps, **rep.to_dict()}
+    if args.drift:
+        later = recommend(args.drift)
+        doc["drift"] = {"config": str(args.drift), **drift(rep, later)}
+        print(f"\ndrift to {args.drift}:")
+        print(describe(later))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "tiers.json").write_text(json.dumps(doc, indent=1))
+        print(f"wrote {out / 'tiers.json'}")
+    return 0
 
 
 def _plan_sharding(args: argparse.Namespace) -> int:
@@ -358,6 +396,17 @@ def build_parser() -> argparse.ArgumentParser:
                          "--sharding, sharding.json (default: print only)")
     pl.add_argument("--sharding", action="store_true",
                     help="plan the tables' sharding over --ranks instead of the cache")
+    pl.add_argument("--tiers", action="store_true",
+                    help="recommend device and host sizes and PS shards under --budget, with "
+                         "the hit rate of each tier and the PS bytes per step they predict")
+    pl.add_argument("--budget", type=_budgets, default={},
+                    help="--tiers: device=SIZE[,host=SIZE] (no host budget: every row fits)")
+    pl.add_argument("--ps-shard-memory", default="16GiB",
+                    help="--tiers: the memory of one PS shard, for the shard count")
+    pl.add_argument("--policies", default=None,
+                    help="--tiers: eviction policies to choose from (default lru,lfu,hotness)")
+    pl.add_argument("--drift", default=None, metavar="CONFIG",
+                    help="--tiers: a second workload (this week's): how the sizes change")
     pl.add_argument("--ranks", type=int, default=2, help="--sharding: the world size")
     pl.add_argument("--ranks-per-node", type=int, default=None,
                     help="--sharding: ranks per node (default parallel.ranks_per_node, or 8)")
