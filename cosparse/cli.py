@@ -470,6 +470,13 @@ def _add_tune(sub: Any) -> None:
     tu.add_argument("--window-steps", type=int, default=4, help="steps per measured window")
     tu.add_argument("--seed", type=int, default=0, help="the sampler's seed")
     tu.add_argument("--out", default="runs/tune", help="journal, best.yaml, diff.txt, report")
+    tu.add_argument("--allow", choices=["semantic"], default=None,
+                    help="semantic: apply a semantic knob (batch size, learning rates, admission, "
+                         "TTL) that passes the AUC gate; without it they are suggestions only")
+    tu.add_argument("--auc-gate", type=float, default=0.0,
+                    help="the held-out AUC a semantic change may lose (default 0)")
+    tu.add_argument("--no-semantic", action="store_true",
+                    help="skip measuring the semantic knobs (no suggestions)")
     tu.add_argument("--replay", default=None, metavar="LOG",
                     help="re-derive the decision from a journal, running nothing")
     tu.set_defaults(func=_tune)
@@ -478,7 +485,7 @@ def _add_tune(sub: Any) -> None:
 def _tune(args: argparse.Namespace) -> int:
     """The offline agent (``cosparse.autotune``), or a replay of its journal."""
     from cosparse.autotune.agent import Window, load, replay, tune
-    from cosparse.autotune.knobs import exact_knobs
+    from cosparse.autotune.knobs import exact_knobs, semantic_knobs
     from cosparse.autotune.output import write_outputs
     from cosparse.autotune.types import Budgets
     from cosparse.config.load import read_config_mapping
@@ -487,7 +494,8 @@ def _tune(args: argparse.Namespace) -> int:
     if args.replay:
         again, recorded = replay(Path(args.replay))
         same = recorded is not None and again["trial"] == recorded["trial"] and \
-            again["params"] == recorded["params"]
+            again["params"] == recorded["params"] and \
+            again.get("semantic") == recorded.get("semantic")
         print(json.dumps({"replayed": again, "recorded": recorded, "same": same}, indent=1))
         return 0 if same else 1
     if not args.config:
@@ -503,7 +511,8 @@ def _tune(args: argparse.Namespace) -> int:
     out = Path(args.out)
     window = Window(args.warmup, args.windows, args.window_steps)
     decision = tune(raw, exact_knobs(cfg), budgets, out, args.trials, window, args.minutes,
-                    seed=args.seed)
+                    seed=args.seed, semantic=None if args.no_semantic else semantic_knobs(cfg),
+                    allow_semantic=args.allow == "semantic", auc_gate=args.auc_gate)
     paths = write_outputs(load(out / "journal.log"), decision, out)
     print(json.dumps({"decision": decision, **{k: str(v) for k, v in paths.items()}}, indent=1))
     return 0

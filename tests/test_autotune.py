@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from cosparse.autotune.agent import Window, decide, load, replay, tune
-from cosparse.autotune.knobs import apply, exact_knobs
+from cosparse.autotune.knobs import apply, exact_knobs, semantic_knobs
 from cosparse.autotune.measure import measure
 from cosparse.autotune.output import write_outputs
+from cosparse.autotune.semantic import suggestions
 from cosparse.autotune.types import Budgets, Knob
 from cosparse.cli import main as cli_main
 from cosparse.config import config_from_mapping
@@ -142,3 +143,55 @@ def test_the_supply_paths_train_the_same_numbers(tmp_path):
     # an unbounded host tier counts the vocabulary (20,000 rows x 36 bytes), not the rows seen
     assert runs["resident"].host_bytes == 20000 * 36
     assert runs["ps-direct"].host_bytes == 0 and runs["ps-direct"].device_bytes == 600 * 36
+
+
+@pytest.fixture(scope="module")
+def semantic_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("semantic")
+    knobs = [k for k in exact_knobs(config_from_mapping(POOR)) if k.key == "supply.lookahead"]
+    sem = [k for k in semantic_knobs(config_from_mapping(POOR))
+           if k.key in ("data.batch_size", "tables.*.optimizer.lr")]
+    tune(POOR, knobs, Budgets(), out, trials=1, window=WINDOW, log=print, seed=1, semantic=sem)
+    return out
+
+
+def test_semantic_knobs_are_suggestions_with_their_auc(semantic_run):
+    """Measured from the decision with held-out AUC and log loss, journaled, suggested, and
+    never applied without --allow semantic: best.yaml keeps the start's batch size and rates."""
+    study = load(semantic_run / "journal.log")
+    decision = study.user_attrs["decision"]
+    sem = decision["semantic"]
+    assert sem["applied"] is None and not sem["allowed"]
+    assert {next(iter(s["params"])) for s in sem["suggested"]} == {
+        "data.batch_size", "tables.*.optimizer.lr"}
+    # batch 256 needs more rows than the 600-row device tier holds: a failed trial, journaled
+    failed = [t for t in study.get_trials() if t.user_attrs.get("role") == "semantic"
+              and t.user_attrs.get("error")]
+    assert [t.params for t in failed] == [{"data.batch_size": 256}]
+    assert len(sem["suggested"]) == 3
+    for s in sem["suggested"]:
+        assert s["auc_change"] != 0.0 and s["logloss_change"] != 0.0 and s["speedup"] > 0
+    write_outputs(study, decision, semantic_run)
+    best = yaml.safe_load((semantic_run / "best.yaml").read_text())
+    assert best["data"]["batch_size"] == 128
+    assert all(t["optimizer"]["lr"] == 0.05 for t in best["tables"])
+    assert "Semantic knobs: suggestions" in (semantic_run / "report.html").read_text()
+    again, recorded = replay(semantic_run / "journal.log")
+    assert again == recorded
+
+
+def test_allow_semantic_applies_only_past_the_auc_gate(semantic_run):
+    """With --allow semantic, the fastest feasible suggestion faster than the noise applies,
+    but only if its held-out AUC drops by no more than the gate."""
+    study = load(semantic_run / "journal.log")
+    margin = decide(study)["noise_margin"]
+    budgets = Budgets()
+    open_gate = suggestions(study, budgets, 1.0, True, auc_gate=1.0)
+    fastest = open_gate["suggested"][0]
+    assert open_gate["applied"] == (fastest["params"] if fastest["speedup"] > 1.0 else None)
+    shut = suggestions(study, budgets, margin, True, auc_gate=-1.0)  # the AUC must rise by 1
+    assert shut["applied"] is None and not any(s["passes_gate"] for s in shut["suggested"])
+    gated = suggestions(study, budgets, 1.0, True, auc_gate=0.0)
+    if gated["applied"] is not None:
+        (s,) = [x for x in gated["suggested"] if x["params"] == gated["applied"]]
+        assert s["auc_change"] >= 0.0

@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 from cosparse.autotune.audit import code_version, config_hash
 from cosparse.autotune.knobs import apply
 from cosparse.autotune.measure import measure
+from cosparse.autotune.semantic import semantic_pass, suggestions
 from cosparse.autotune.types import Budgets, Knob, Measurement, median
 from cosparse.config import ConfigError
 
@@ -74,8 +75,12 @@ def _constrain(trial: optuna.trial.Trial, values: list[float]) -> None:
 
 def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, trials: int,
          window: Window, minutes: float | None = None, trial_timeout_s: float = 300.0,
-         log: Callable[[str], None] = print, seed: int = 0) -> dict[str, Any]:
-    """Search ``trials`` candidates (or until ``minutes`` pass); returns the decision."""
+         log: Callable[[str], None] = print, seed: int = 0,
+         semantic: list[Knob] | None = None, allow_semantic: bool = False,
+         auc_gate: float = 0.0) -> dict[str, Any]:
+    """Search ``trials`` candidates (or until ``minutes`` pass), then measure the ``semantic``
+    knobs from the decision (suggestions; one applied only with ``allow_semantic`` and past
+    the AUC gate); returns the decision."""
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "journal.log"
     if journal.exists():
@@ -161,7 +166,11 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
             + (f" ({m.error})" if m.error else "")
             + (f" (infeasible: {', '.join(over)})" if over else ""))
         before = after
-    decision = decide(study)
+    if semantic:
+        study.set_user_attr("semantic", {"allow": allow_semantic, "auc_gate": auc_gate})
+        semantic_pass(study, raw, decide(study)["params"], semantic, window.config,
+                      window.warmup_steps, runs, trial_timeout_s, log)
+    decision = decide_all(study)
     study.set_user_attr("decision", decision)
     return decision
 
@@ -190,6 +199,8 @@ def decide(study: optuna.Study) -> dict[str, Any]:
     best: dict[str, Any] | None = None
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         a = t.user_attrs
+        if a.get("role") not in ("baseline", "candidate"):  # (the semantic pass's)
+            continue
         if a.get("error") or a.get("veto") or not a.get("windows"):
             continue
         if any(v > 0 for v in budgets.violations(a["figures"])):
@@ -207,10 +218,22 @@ def decide(study: optuna.Study) -> dict[str, Any]:
     return best
 
 
+def decide_all(study: optuna.Study) -> dict[str, Any]:
+    """``decide``'s decision, with the semantic pass's suggestions (and the one applied) when
+    the study ran one."""
+    decision = decide(study)
+    settings = study.user_attrs.get("semantic")
+    if settings is not None:
+        decision["semantic"] = suggestions(study, Budgets(**study.user_attrs["budgets"]),
+                                           decision["noise_margin"], settings["allow"],
+                                           settings["auc_gate"])
+    return decision
+
+
 def replay(journal: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(the decision re-derived from the journal at ``journal``, the one it recorded)."""
     study = optuna.load_study(study_name=STUDY, storage=_open(journal))
-    return decide(study), study.user_attrs.get("decision")
+    return decide_all(study), study.user_attrs.get("decision")
 
 
 def load(journal: Path) -> optuna.Study:

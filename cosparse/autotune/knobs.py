@@ -50,10 +50,39 @@ def exact_knobs(cfg: Config) -> list[Knob]:
     return knobs
 
 
+def semantic_knobs(cfg: Config) -> list[Knob]:
+    """The knobs that change what is computed (batch size, learning rates, admission, TTL):
+    measured with their held-out AUC and log loss, suggested, applied only when allowed."""
+    b, lr = cfg.data.batch_size, cfg.tables[0].optimizer.lr
+    knobs = [Knob("data.batch_size", (b, b // 2, 2 * b), "semantic"),
+             Knob("model.dense_optimizer.lr", _scaled(cfg.model.dense_optimizer.lr), "semantic")]
+    if all(t.optimizer.lr == lr for t in cfg.tables):  # one rate for every table
+        knobs.append(Knob(EVERY_TABLE + "optimizer.lr", _scaled(lr), "semantic"))
+    store, path = cfg.store, cfg.supply.path
+    if store.tiered and path not in ("ps-direct", "collaborative"):
+        knobs.append(Knob("store.admit_after", _with_start(store.admit_after, (0, 2, 4)),
+                          "semantic"))
+    if store.tiered and not (store.host.spill and store.host.spill_to == "remote"):
+        knobs.append(Knob("store.ttl_steps", _with_start(store.ttl_steps, (0, 500, 2000)),
+                          "semantic"))
+    return knobs
+
+
+def _scaled(value: float) -> tuple[float, ...]:
+    return (value, value / 2, value * 2)
+
+
+EVERY_TABLE = "tables.*."  # a key under it is set on every table
+
+
 def apply(raw: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """A copy of the config mapping ``raw`` with the knobs' values set (a supply path with the
-    store settings it needs: see ``_fit_store``)."""
-    out = set_dotted(copy.deepcopy(raw), params)
+    store settings it needs: see ``_fit_store``; ``tables.*.KEY`` on every table)."""
+    out = copy.deepcopy(raw)
+    for key in [k for k in params if k.startswith(EVERY_TABLE)]:
+        for table in out["tables"]:
+            set_dotted(table, {key[len(EVERY_TABLE):]: params[key]})
+    out = set_dotted(out, {k: v for k, v in params.items() if not k.startswith(EVERY_TABLE)})
     if "supply.path" in params:
         _fit_store(out)
     return out

@@ -29,14 +29,15 @@ def _lines(stream: Any, out: queue.Queue) -> None:
 
 
 def measure(raw: dict[str, Any], warmup_steps: int, workdir: Path, timeout_s: float,
-            report: Report | None = None) -> Measurement:
+            report: Report | None = None, evaluate: bool = False) -> Measurement:
     """Train ``raw`` (its ``train.steps`` and ``log_every`` set to the window) in a trial
     process; the intervals after ``warmup_steps`` are the measured windows."""
     workdir.mkdir(parents=True, exist_ok=True)
     cfg_path = workdir / "config.json"
     cfg_path.write_text(json.dumps(raw))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "cosparse.autotune.trial_run", str(cfg_path)],
+    cmd = [sys.executable, "-m", "cosparse.autotune.trial_run", str(cfg_path)]
+    proc = subprocess.Popen(cmd + (["--evaluate"] if evaluate else []),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True,  # (a pruned trial stops with its children)
                             preexec_fn=pdeathsig())  # (and with the agent, however it ends)
@@ -61,6 +62,7 @@ def measure(raw: dict[str, Any], warmup_steps: int, workdir: Path, timeout_s: fl
                 m.device_bytes, m.host_bytes = rec["device_bytes"], rec["host_bytes"]
                 m.ps_bytes_per_step = rec["ps_bytes_per_step"]
                 m.loss_digest, m.row_digest = rec["loss_digest"], rec["row_digest"]
+                m.auc, m.logloss = rec.get("auc"), rec.get("logloss")
             elif rec["step"] > warmup_steps:
                 m.windows.append(float(rec["samples_per_s"]))
                 if report is not None and report(len(m.windows) - 1, m.windows[-1]):

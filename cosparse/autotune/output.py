@@ -22,7 +22,8 @@ from cosparse.report.svg import line_chart
 def write_outputs(study: optuna.Study, decision: dict[str, Any], out: Path) -> dict[str, Path]:
     start = study.user_attrs["start"]
     first = {k: v[0] for k, v in study.user_attrs["knobs"].items()}  # the start's values
-    best = apply(start, {k: v for k, v in decision["params"].items() if v != first.get(k)})
+    changed = {k: v for k, v in decision["params"].items() if v != first.get(k)}
+    best = apply(start, {**changed, **(decision.get("semantic", {}).get("applied") or {})})
     a = yaml.safe_dump(start, sort_keys=False).splitlines(keepends=True)
     b = yaml.safe_dump(best, sort_keys=False).splitlines(keepends=True)
     paths = {"best": out / "best.yaml", "diff": out / "diff.txt", "report": out / "report.html"}
@@ -78,11 +79,30 @@ def _scatter(rows: list[dict[str, Any]], front: list[dict[str, Any]]) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _semantic_html(decision: dict[str, Any]) -> str:
+    sem = decision.get("semantic")
+    if not sem:
+        return ""
+    esc = html.escape
+    rows = "".join(
+        f"<tr><td>{esc(str(s['params']))}</td><td>{s['speedup']:.3f}</td>"
+        f"<td>{s['auc_change']:+.4f}</td><td>{s['logloss_change']:+.4f}</td>"
+        f"<td>{s['feasible']}</td><td>{s['passes_gate']}</td></tr>" for s in sem["suggested"])
+    how = ("applied: " + esc(str(sem["applied"]))) if sem["applied"] else (
+        "none applied" + ("" if sem.get("allowed") else " (semantic knobs are applied only with "
+                                                          "--allow semantic)"))
+    return f"""<h2>Semantic knobs: suggestions</h2><p>Measured from the decision, each with its
+held-out AUC and log loss; AUC gate {sem.get('auc_gate', 0):g}; {how}.</p>
+<table><tr><th>change</th><th>speedup</th><th>AUC change</th><th>log loss change</th>
+<th>feasible</th><th>passes the gate</th></tr>{rows}</table>"""
+
+
 def report_html(study: optuna.Study, decision: dict[str, Any]) -> str:
     rows = _rows(study)
     front = pareto(rows)
     try:
-        importances = optuna.importance.get_param_importances(study)
+        importances = optuna.importance.get_param_importances(
+            study, params=list(study.user_attrs["knobs"]))
     except (RuntimeError, ValueError) as e:  # too few completed trials, or no variation
         importances = {f"(not computed: {e})": 0.0}
     cand = [r for r in rows if r["role"] == "candidate" and r["speedup"] is not None]
@@ -106,6 +126,7 @@ start, params <code>{esc(str(decision['params']))}</code>.</p>
 <h2>Trial history</h2>{history}
 <table><tr><th>trial</th><th>role</th><th>params</th><th>samples/s</th><th>speedup</th>
 <th>device MiB</th><th>feasible</th><th>note</th></tr>{table}</table>
+{_semantic_html(decision)}
 <h2>Knob importances</h2><table><tr><th>knob</th><th>importance</th></tr>{imp}</table>
 <h2>Pareto front: samples/s against device memory</h2>
 <img src="data:image/png;base64,{_scatter(rows, front)}" alt="Pareto front">

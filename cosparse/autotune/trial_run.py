@@ -1,6 +1,7 @@
 """One trial, in its own process (``python -m cosparse.autotune.trial_run CONFIG.json``): the
 engine trains the config's replay window and prints one JSON line per interval (its
-throughput) and a last one with what the run cost and the digests of its losses and rows.
+throughput) and a last one with what the run cost and the digests of its losses and rows (and,
+with ``--evaluate``, the held-out AUC and log loss: a semantic knob's trial).
 
 A trial that crashes or runs out of memory takes only its own process with it; the agent
 records it as an infeasible trial.
@@ -66,7 +67,7 @@ def held_bytes(trainer: Any) -> tuple[float, float]:
     return device, host
 
 
-def main(path: str) -> int:
+def main(path: str, evaluate: bool = False) -> int:
     from cosparse.config import config_from_mapping
     from cosparse.train.trainer import Trainer
 
@@ -75,7 +76,7 @@ def main(path: str) -> int:
                       on_interval=lambda r: _say({"step": r["step"],
                                                   "samples_per_s": r["samples_per_s"]}))
     try:
-        final = trainer.run(evaluate=False)
+        final = trainer.run(evaluate=evaluate)
         steps = max(1, trainer.state.step)
         ps = sum(float(final.get(k) or 0.0) for k in ("bytes.trainer_ps.pull",
                                                       "bytes.trainer_ps.push", "bytes.worker_ps"))
@@ -84,11 +85,12 @@ def main(path: str) -> int:
         _say({"done": True, "device_bytes": device, "host_bytes": host,
               "ps_bytes_per_step": ps / steps,
               "loss_digest": hashlib.sha256(losses.tobytes()).hexdigest(),
-              "row_digest": row_digest(trainer.ec.export_rows())})
+              "row_digest": row_digest(trainer.ec.export_rows()),
+              "auc": final.get("auc"), "logloss": final.get("logloss")})
     finally:
         trainer.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], evaluate="--evaluate" in sys.argv[2:]))

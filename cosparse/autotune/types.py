@@ -57,6 +57,8 @@ class Measurement:
     ps_bytes_per_step: float = 0.0
     loss_digest: str = ""
     row_digest: str = ""
+    auc: float | None = None  # held-out AUC and log loss (semantic trials, which evaluate)
+    logloss: float | None = None
     error: str | None = None  # the run crashed or ran out of memory: an infeasible trial
     pruned: bool = False
 

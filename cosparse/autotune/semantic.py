@@ -1,0 +1,87 @@
+"""Semantic knobs after the exact search: each value measured from the decided configuration,
+with its throughput and its held-out AUC and log loss, journaled beside the exact trials.
+
+They change what the model learns, so they are suggestions: ``decide_semantic`` applies one only
+when allowed (``cosparse tune --allow semantic``), and then only the fastest that is feasible,
+faster than the noise margin, and whose held-out AUC drops by no more than the gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from cosparse.autotune.audit import code_version, config_hash
+from cosparse.autotune.knobs import apply
+from cosparse.autotune.measure import measure
+from cosparse.autotune.types import Budgets, Knob, Measurement
+
+ROLES = ("semantic-base", "semantic")
+
+
+def _record(study: optuna.Study, role: str, params: dict[str, Any], knobs: list[Knob],
+            m: Measurement, cfg: dict[str, Any]) -> None:
+    dists = {k.key: CategoricalDistribution(list(k.choices)) for k in knobs if k.key in params}
+    attrs = {"role": role, "windows": m.windows, "figures": m.figures(), "auc": m.auc,
+             "logloss": m.logloss, "error": m.error, "config_hash": config_hash(cfg),
+             **code_version(), "applied_by": "cosparse tune (offline agent, semantic pass)"}
+    value = m.samples_per_s if not m.error else 0.0
+    study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value,
+                                              user_attrs=attrs))
+
+
+def semantic_pass(study: optuna.Study, raw: dict[str, Any], decided: dict[str, Any],
+                  knobs: list[Knob], config: Callable[[dict[str, Any]], dict[str, Any]],
+                  warmup_steps: int, runs: Path, timeout_s: float,
+                  log: Callable[[str], None] = print) -> None:
+    """Measure every other value of every semantic knob from the decided exact params, and
+    the decided configuration itself (the reference), each with its held-out evaluation."""
+    base_cfg = config(apply(raw, decided))
+    base = measure(base_cfg, warmup_steps, runs / "semantic-base", timeout_s, evaluate=True)
+    _record(study, "semantic-base", {}, knobs, base, base_cfg)
+    if base.error:
+        log(f"semantic pass: the decided configuration failed to run: {base.error}")
+        return
+    log(f"semantic pass: reference {base.samples_per_s:,.0f} samples/s, AUC {base.auc:.4f}")
+    for knob in knobs:
+        for value in knob.choices[1:]:
+            cfg = config(apply(raw, {**decided, knob.key: value}))
+            m = measure(cfg, warmup_steps, runs / f"semantic-{knob.key}-{value}", timeout_s,
+                        evaluate=True)
+            _record(study, "semantic", {knob.key: value}, knobs, m, cfg)
+            if m.error:
+                log(f"semantic {knob.key} = {value}: failed ({m.error[:200]})")
+            else:
+                log(f"semantic {knob.key} = {value}: {m.samples_per_s / base.samples_per_s:.3f}x, "
+                    f"AUC {m.auc - base.auc:+.4f}, log loss {m.logloss - base.logloss:+.4f}")
+
+
+def suggestions(study: optuna.Study, budgets: Budgets, margin: float, allow: bool,
+                auc_gate: float) -> dict[str, Any]:
+    """From the journal alone: each semantic value's speedup over the reference and change in
+    AUC and log loss, and the one applied (None unless ``allow``, and one passes the gate)."""
+    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if t.user_attrs.get("role") in ROLES]
+    base = next((t.user_attrs for t in trials if t.user_attrs["role"] == "semantic-base"), None)
+    if base is None or base.get("error"):
+        return {"suggested": [], "applied": None}
+    ref = base["figures"]["samples_per_s"]
+    out = []
+    for t in trials:
+        a = t.user_attrs
+        if a["role"] != "semantic" or a.get("error") or a.get("auc") is None:
+            continue
+        s = {"params": dict(t.params), "speedup": a["figures"]["samples_per_s"] / ref,
+             "auc_change": a["auc"] - base["auc"], "logloss_change": a["logloss"] - base["logloss"],
+             "feasible": all(v <= 0 for v in budgets.violations(a["figures"]))}
+        s["passes_gate"] = s["auc_change"] >= -auc_gate
+        out.append(s)
+    out.sort(key=lambda s: -s["speedup"])
+    ok = [s for s in out if s["feasible"] and s["passes_gate"] and s["speedup"] > margin]
+    return {"suggested": out, "applied": ok[0]["params"] if allow and ok else None,
+            "auc_gate": auc_gate, "allowed": allow}
