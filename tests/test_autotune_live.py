@@ -83,7 +83,7 @@ def test_a_forced_change_sequence_is_exact():
 
 
 @pytest.mark.parametrize("knobs,why", [
-    (["store.device.rows"], "cannot change while training"),
+    (["store.device.policy"], "cannot change while training"),
     (["supply.publish_every"], "publishes nothing"),
 ])
 def test_bad_live_knobs_are_config_errors(knobs, why):
@@ -109,4 +109,42 @@ def test_a_window_too_short_to_compare_is_a_config_error():
     raw = copy.deepcopy(POOR)
     raw["train"]["autotune"] = {"knobs": KNOBS, "every": 6}  # 3 intervals of 2 steps
     with pytest.raises(ConfigError, match="at least 4 of its intervals"):
+        config_from_mapping(raw)
+
+
+def test_resizing_the_tiers_live_is_exact():
+    """The device and host tiers grown and shrunk between intervals (victims written down as
+    on any eviction, down to a spill store): the same numbers as tiers that never change."""
+    raw = copy.deepcopy(POOR)
+    raw["store"]["host"] = {"rows": 3000, "spill": True}
+    plain = _train(raw)
+    plan = iter([{"store.device.rows": 1200}, {"store.host.rows": 1200},
+                 {"store.device.rows": 600, "store.host.rows": 6000}, {"store.host.rows": 800},
+                 {"store.device.rows": 800}])
+    changed = _train(raw, lambda rec: Reconfigure(next(plan, {}), "test", "test"))
+    assert changed[0] == plain[0] and changed[1] == plain[1]
+    t = changed[2]
+    table = t.ec.tables["cat"]
+    assert (table.dev.limit, table.host.limit) == (800, 800)
+    assert t.sizing.plans["cat"].device_rows == 800
+    assert table.host.size <= 800 and table.dev.size <= 800
+
+
+def test_the_agent_grows_a_tier_within_its_budget(tmp_path):
+    """With the device rows a knob and a budget of 4x the start's bytes, every size it tries
+    stays within the budget."""
+    raw = copy.deepcopy(POOR)
+    raw["train"]["autotune"] = {"knobs": ["store.device.rows"], "every": 8,
+                                "device_budget": 4 * 600 * 36}
+    agent = LiveAgent(config_from_mapping(raw), tmp_path / "j.log", log=print)
+    assert agent.ladders["store.device.rows"] == (600, 1200, 2400)
+    tuned = _train(raw, agent)
+    assert tuned[0] == _train(POOR)[0]
+    assert all(c["to"] <= 2400 for c in agent.changes)
+
+
+def test_a_size_knob_needs_a_budget():
+    raw = copy.deepcopy(POOR)
+    raw["train"]["autotune"] = {"knobs": ["store.device.rows"], "every": 8}
+    with pytest.raises(ConfigError, match="device_budget"):
         config_from_mapping(raw)

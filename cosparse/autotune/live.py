@@ -31,7 +31,9 @@ from scipy.stats import mannwhitneyu
 
 from cosparse.autotune.audit import code_version, config_hash
 from cosparse.config import Config
+from cosparse.config.sizes import parse_bytes
 from cosparse.train.live import Reconfigure
+from cosparse.tune.tiers import row_bytes
 
 STUDY = "cosparse-live"
 APPLIED_BY = "live agent (train.autotune)"
@@ -44,11 +46,25 @@ LADDERS: dict[str, tuple[int, ...]] = {
     "supply.publish_every": (1, 2, 4, 8),
 }
 P_VALUE = 0.1
+SIZES = ("store.device.rows", "store.host.rows")  # their ladders come from the budgets
 
 
 def _value(cfg: Config, key: str) -> int:
-    section, name = key.split(".")
-    return int(getattr(getattr(cfg, section), name))
+    node: Any = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return int(node)
+
+
+def _size_ladder(cfg: Config, key: str) -> tuple[int, ...]:
+    """A tier's rows doubled from the start's up to what its byte budget holds (every table
+    takes ``rows``, each at its own row width)."""
+    tier = key.split(".")[1]
+    budget = getattr(cfg.train.autotune, f"{tier}_budget")
+    per_row = sum(row_bytes(t) for t in cfg.tables)
+    most = parse_bytes(budget, f"train.autotune.{tier}_budget") // per_row
+    start = _value(cfg, key)
+    return tuple(r for r in (start * 2**i for i in range(12)) if r <= max(most, start))
 
 
 def _mean(recs: list[dict[str, Any]], key: str) -> float:
@@ -85,7 +101,8 @@ class LiveAgent:
         self.min_gain = at.min_gain
         self.log = log
         self.current = {k: _value(cfg, k) for k in self.knobs}
-        self.ladders = {k: tuple(sorted({*LADDERS[k], self.current[k]})) for k in self.knobs}
+        self.ladders = {k: _size_ladder(cfg, k) if k in SIZES else
+                        tuple(sorted({*LADDERS[k], self.current[k]})) for k in self.knobs}
         self.cores = len(os.sched_getaffinity(0))
         self.base: list[float] | None = None  # the window before the change under trial
         self.trying: Move | None = None
@@ -176,6 +193,7 @@ class LiveAgent:
         step = max(_mean(recs, "step_ms_p50"), 1e-3)
         shrinks = _mean(recs, "lookahead_shrinks")
         hit = _mean(recs, "hit_rate.device")
+        below = 1.0 - _mean(recs, "miss_share.host")  # device misses the host did not serve
         la = self.current.get("supply.lookahead")
         up = {"supply.lookahead": (plan if la == 0 else wait,
                                    f"planning {plan:.1f} ms and waiting {wait:.1f} ms a step"),
@@ -185,7 +203,12 @@ class LiveAgent:
               "supply.horizon": (plan * (1.0 - hit) / 2,
                                  f"device hit rate {hit:.2f}, planning {plan:.1f} ms a step"),
               "supply.publish_every": (0.05 * step, "publishing the filter less often frees "
-                                                    "CPU for the step")}
+                                                    "CPU for the step"),
+              "store.device.rows": (plan * (1.0 - hit), f"device hit rate {hit:.2f}, filling "
+                                                         f"{plan:.1f} ms a step"),
+              "store.host.rows": (plan * (1.0 - hit) * below,
+                                  f"{below:.2f} of the device misses come from below the host, "
+                                  f"filling {plan:.1f} ms a step")}
         down = {"supply.lookahead": (shrinks * step, f"{shrinks:.1f} lookahead shrinks a "
                                                      "interval"),
                 "data.workers": (0.05 * step if self.current.get("data.workers", 0)
@@ -197,9 +220,17 @@ class LiveAgent:
             i = ladder.index(now)
             for j, table in ((i + 1, up), (i - 1, down)):
                 score, why = table.get(key, (0.0, ""))
-                if 0 <= j < len(ladder) and score > 0:
+                if 0 <= j < len(ladder) and score > 0 and self._fits(key, ladder[j]):
                     out.append(Move(key, ladder[j], score, why))
         return out
+
+    def _fits(self, key: str, rows: int) -> bool:
+        """The host tier stays at least as large as the device's."""
+        if key == "store.device.rows" and "store.host.rows" in self.current:
+            return rows <= self.current["store.host.rows"]
+        if key == "store.host.rows" and "store.device.rows" in self.current:
+            return rows >= self.current["store.device.rows"]
+        return True
 
     def _journal(self, move: Move, old: int, base: list[float], window: list[float],
                  gain: float, p: float, kept: bool, step: int) -> None:

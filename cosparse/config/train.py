@@ -21,7 +21,7 @@ class CheckpointConfig:
 
 # the exact knobs a running trainer can change between intervals (train.autotune.knobs)
 LIVE_KNOBS = ("supply.lookahead", "supply.horizon", "data.workers", "data.queue_depth",
-              "supply.publish_every")
+              "supply.publish_every", "store.device.rows", "store.host.rows")
 
 
 @dataclass
@@ -32,6 +32,9 @@ class AutotuneConfig:
     knobs: list[str] = field(default_factory=list)
     every: int = 200  # steps per measured interval: a multiple of train.log_every
     journal: str | None = None  # the audit journal (default: beside metrics_json, else here)
+    # the tiers' byte budgets when store.device.rows / store.host.rows are knobs
+    device_budget: int | str | None = None
+    host_budget: int | str | None = None
     min_gain: float = 0.03  # a change stays if it is this much faster, significantly
 
 
@@ -89,3 +92,13 @@ def _validate_autotune(cfg: Config) -> None:
                           "when they are built; it cannot change live on supply.path 'ps-direct'")
     if "supply.horizon" in at.knobs and (path == "ps-direct" or not cfg.store.tiered):
         raise ConfigError("train.autotune.knobs: supply.horizon steers tiered tables only")
+    for tier, budget in (("device", at.device_budget), ("host", at.host_budget)):
+        if f"store.{tier}.rows" not in at.knobs:
+            continue
+        if path == "ps-direct" or getattr(cfg.store, tier).rows is None:
+            raise ConfigError(f"train.autotune.knobs: store.{tier}.rows resizes a tier that "
+                              f"store.{tier}.rows sizes (tiers on supply.path '{path}' with "
+                              f"store.{tier}.rows set)")
+        if budget is None:
+            raise ConfigError(f"train.autotune.{tier}_budget: the bytes store.{tier}.rows may "
+                              "grow to are needed to tune it")

@@ -76,6 +76,7 @@ class Tier:
         self.hand = 0
         self.map = IdMap(expected=capacity or initial_rows)
         self.future = FutureUses()  # filled only for the device tier, by the planner
+        self.retired = np.zeros(0, dtype=np.int64)  # free slots taken out of use (resize)
         self._alloc(capacity or initial_rows)
 
     def _alloc(self, cap: int) -> None:
@@ -102,11 +103,16 @@ class Tier:
 
     @property
     def size(self) -> int:
-        return self.capacity - self.n_free
+        return self.capacity - self.n_free - self.retired.shape[0]
 
-    def _grow(self, need: int) -> None:
+    @property
+    def limit(self) -> int:
+        """The rows it may hold: its slots less the retired ones."""
+        return self.capacity - self.retired.shape[0]
+
+    def _grow(self, need: int, exact: bool = False) -> None:
         old_cap = self.capacity
-        cap = max(2 * old_cap, old_cap + need)
+        cap = old_cap + need if exact else max(2 * old_cap, old_cap + need)
         arrays = (self.slot_ids, self.occupied, self.dirty, self.pins, self.wanted, self.counts,
                   self.last)
         old_slab, old_free = self.slab, self.free[: self.n_free].copy()
@@ -207,6 +213,38 @@ class Tier:
             elif not shrink():
                 return False
         return True
+
+    def resize(self, rows: int, now: int, evict: Callable[[np.ndarray], None]) -> None:
+        """Hold at most ``rows`` rows from now on (a bounded tier with nothing pinned, between
+        batches). Larger: retired slots come back into use first, then the slab grows. Smaller:
+        victims leave through ``evict`` (as in ``make_room``) and free slots are retired; the
+        slab keeps its size, so a later growth needs no copy."""
+        if not self.bounded or rows < 1:
+            raise ValueError(f"{self.name} tier: cannot resize to {rows} rows")
+        limit = self.limit
+        if rows > limit:
+            back = min(self.retired.shape[0], rows - limit)
+            self._push_free(self.retired[:back])
+            self.retired = self.retired[back:]
+            if rows > limit + back:
+                old = self.n_free
+                self._grow(rows - limit - back, exact=True)
+                assert self.n_free == old + rows - limit - back
+        elif rows < limit:
+            n = limit - rows
+            if not self.make_room(n, now, evict, lambda: False):
+                raise RuntimeError(f"{self.name} tier: {n} rows cannot leave (pinned)")
+            taken = self.free[self.n_free - n : self.n_free].copy()
+            self.n_free -= n
+            self.retired = np.concatenate([self.retired, taken])
+
+    def _push_free(self, slots: np.ndarray) -> None:
+        if self.free.shape[0] < self.n_free + slots.shape[0]:
+            grown = np.empty(self.n_free + slots.shape[0], dtype=np.int64)
+            grown[: self.n_free] = self.free[: self.n_free]
+            self.free = grown
+        self.free[self.n_free : self.n_free + slots.shape[0]] = slots
+        self.n_free += slots.shape[0]
 
     def touch(self, slots: np.ndarray, now: int) -> None:
         kernels.touch(slots, self.counts, self.last, now, self.log_decay)

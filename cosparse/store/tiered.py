@@ -147,6 +147,24 @@ class TieredTable(DeviceCache):
         host.put(ids[new], slots, None, dev.counts[src[new]], dev.last[src[new]], True)
         return moved
 
+    def resize(self, device_rows: int | None, host_rows: int | None, seq: int) -> None:
+        """New tier capacities between batches (nothing pinned; None: unchanged). Rows move
+        down as on any eviction, so what the table holds is unchanged; the host tier stays at
+        least as large as the device's."""
+        with self.lock:
+            dev_to = self.dev.limit if device_rows is None else device_rows
+            host_to = host_rows if host_rows is not None else (
+                self.host.limit if self.host.bounded else None)
+            if host_to is not None and host_to < dev_to:
+                raise CapacityError(f"table '{self.cfg.name}': {host_to} host rows cannot hold "
+                                    f"the device tier's {dev_to}")
+            if host_rows is not None and host_rows > self.host.limit:
+                self.host.resize(host_rows, seq, self._evict_host)  # room first, then below
+            if device_rows is not None:
+                self.dev.resize(device_rows, seq, lambda v: self._evict_device(v, seq))
+            if host_rows is not None and host_rows < self.host.limit:
+                self.host.resize(host_rows, seq, self._evict_host)
+
     def _evict_host(self, victims: np.ndarray) -> None:
         host, c = self.host, self.counters
         ids = host.slot_ids[victims]

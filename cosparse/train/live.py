@@ -2,7 +2,8 @@
 
 The data stream and the planner thread stop at a batch boundary, the settings change, and the
 stream starts again at the next batch, as after a fallback. The knobs (``LIVE_KNOBS``) move work
-between threads and processes only, so what the run computes does not change.
+between threads and processes, or rows between tiers (a tier resized evicts as it always does),
+so what the run computes does not change.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ def set_live(cfg: Config, changes: dict[str, Any]) -> None:
     for key, value in changes.items():
         if key not in LIVE_KNOBS:
             raise ValueError(f"{key}: not a live knob (live knobs: {', '.join(LIVE_KNOBS)})")
-        section, name = key.split(".")
-        if not isinstance(value, int) or value < (1 if name == "publish_every" else 0):
+        *path, name = key.split(".")
+        if not isinstance(value, int) or value < (0 if name in ZERO_OK else 1):
             raise ValueError(f"{key}: {value!r} is not a valid value")
-        setattr(getattr(cfg, section), name, value)
+        node: Any = cfg
+        for part in path:
+            node = getattr(node, part)
+        setattr(node, name, value)
+
+
+ZERO_OK = ("lookahead", "horizon", "workers")

@@ -38,6 +38,7 @@ from cosparse.parallel.loss import global_bce
 from cosparse.parallel.sharded import ShardedEmbeddingCollection
 from cosparse.parallel.world import launched_by_torchrun
 from cosparse.stall import Progress
+from cosparse.store.tiered import TieredTable
 from cosparse.supply.paths import make_supply_path
 from cosparse.supply.types import PathContext, SnapshotMismatch
 from cosparse.train.checkpoint import (
@@ -524,6 +525,8 @@ class Trainer:
         for cfg in {id(self.cfg): self.cfg, id(self.shard_cfg): self.shard_cfg}.values():
             set_live(cfg, r.changes)
         self.ec.planner.set_lookahead(self.cfg.supply.lookahead)
+        if "store.device.rows" in r.changes or "store.host.rows" in r.changes:
+            self._resize_tiers(r.changes.get("store.device.rows"), r.changes.get("store.host.rows"))
         if "supply.publish_every" in r.changes:
             self.path.set_publish_every(self.cfg.supply.publish_every)
         self._pending = None
@@ -532,6 +535,17 @@ class Trainer:
         said = ", ".join(f"{k} = {v}" for k, v in r.changes.items())
         self.log(f"step {self.state.step}: {r.by or 'a callback'} set {said}"
                  + (f" ({r.reason})" if r.reason else ""))
+
+    def _resize_tiers(self, device_rows: int | None, host_rows: int | None) -> None:
+        """Every tiered table's capacities, and the sizing report that describes them."""
+        plans = self.sizing.plans if self.sizing is not None else {}
+        for name, table in self.ec.tables.items():
+            if isinstance(table, TieredTable):
+                table.resize(device_rows, host_rows, self.state.step)
+                plan = plans.get(name)
+                if plan is not None:
+                    plan.device_rows = table.dev.limit
+                    plan.host_rows = table.host.limit if table.host.bounded else None
 
     def _rank_rank(self, steps: int) -> dict[str, float]:
         """Since the last interval: the bytes all ranks sent each other (summed over ranks),
