@@ -122,7 +122,8 @@ class LiveAgent:
         self.study.set_user_attr("start", dict(self.current))
         self.config_hash = config_hash(dataclasses.asdict(cfg))
         self.changes: list[dict[str, Any]] = []  # what it did, in order (kept or rolled back)
-        self._restart()  # the run's first interval starts the stream and warms the tiers
+        # the run's first window starts the stream and fills the tiers: not steady state
+        self.skip = self.per_window
 
     # --- the trainer's callback -------------------------------------------------------------
     def __call__(self, rec: dict[str, Any]) -> Reconfigure | None:
@@ -218,10 +219,14 @@ class LiveAgent:
         for key in self.knobs:
             ladder, now = self.ladders[key], self.current[key]
             i = ladder.index(now)
-            for j, table in ((i + 1, up), (i - 1, down)):
+            rungs = [(i + 1, up), (i - 1, down)]
+            if key in SIZES and i + 2 < len(ladder):  # a tier's whole budget first: a step of
+                rungs.insert(0, (len(ladder) - 1, up))  # 2x may hide in the noise
+            for rank, (j, table) in enumerate(rungs):
                 score, why = table.get(key, (0.0, ""))
                 if 0 <= j < len(ladder) and score > 0 and self._fits(key, ladder[j]):
-                    out.append(Move(key, ladder[j], score, why))
+                    out.append(Move(key, ladder[j], score * (1.0 + 0.01 * (len(rungs) - rank)),
+                                    why))
         return out
 
     def _fits(self, key: str, rows: int) -> bool:
