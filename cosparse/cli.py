@@ -475,6 +475,10 @@ def _add_tune(sub: Any) -> None:
                          "TTL) that passes the AUC gate; without it they are suggestions only")
     tu.add_argument("--auc-gate", type=float, default=0.0,
                     help="the held-out AUC a semantic change may lose (default 0)")
+    tu.add_argument("--ranks", type=int, default=1,
+                    help="also try world sizes up to this (torchrun trials on this host) and "
+                         "every table's sharding: reordering knobs, kept within the "
+                         "parallelism tolerance of the start (default 1: none)")
     tu.add_argument("--no-semantic", action="store_true",
                     help="skip measuring the semantic knobs (no suggestions)")
     tu.add_argument("--replay", default=None, metavar="LOG",
@@ -485,7 +489,7 @@ def _add_tune(sub: Any) -> None:
 def _tune(args: argparse.Namespace) -> int:
     """The offline agent (``cosparse.autotune``), or a replay of its journal."""
     from cosparse.autotune.agent import Window, load, replay, tune
-    from cosparse.autotune.knobs import exact_knobs, semantic_knobs
+    from cosparse.autotune.knobs import exact_knobs, reordering_knobs, semantic_knobs
     from cosparse.autotune.output import write_outputs
     from cosparse.autotune.types import Budgets
     from cosparse.config.load import read_config_mapping
@@ -510,7 +514,8 @@ def _tune(args: argparse.Namespace) -> int:
         if "ps_bytes_per_step" in b else None)
     out = Path(args.out)
     window = Window(args.warmup, args.windows, args.window_steps)
-    decision = tune(raw, exact_knobs(cfg), budgets, out, args.trials, window, args.minutes,
+    knobs = exact_knobs(cfg) + reordering_knobs(cfg, args.ranks)
+    decision = tune(raw, knobs, budgets, out, args.trials, window, args.minutes,
                     seed=args.seed, semantic=None if args.no_semantic else semantic_knobs(cfg),
                     allow_semantic=args.allow == "semantic", auc_gate=args.auc_gate)
     paths = write_outputs(load(out / "journal.log"), decision, out)

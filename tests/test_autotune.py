@@ -8,15 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import yaml
 
 from cosparse.autotune.agent import Window, decide, load, replay, tune
-from cosparse.autotune.knobs import apply, exact_knobs, semantic_knobs
+from cosparse.autotune.knobs import WORLD, apply, exact_knobs, semantic_knobs
 from cosparse.autotune.measure import measure
 from cosparse.autotune.output import write_outputs
 from cosparse.autotune.semantic import suggestions
+from cosparse.autotune.tolerance import outside_tolerance
+from cosparse.autotune.trial_run import save_numbers
 from cosparse.autotune.types import Budgets, Knob
 from cosparse.cli import main as cli_main
 from cosparse.config import config_from_mapping
@@ -195,3 +198,38 @@ def test_allow_semantic_applies_only_past_the_auc_gate(semantic_run):
     if gated["applied"] is not None:
         (s,) = [x for x in gated["suggested"] if x["params"] == gated["applied"]]
         assert s["auc_change"] >= 0.0
+
+
+def test_the_reordering_tolerance(tmp_path):
+    """Losses within 1e-6 and rows within 1e-4 of their largest pass; beyond, the trial is out,
+    with what differs by how much."""
+    rng = np.random.default_rng(0)
+    losses, ids, rows = rng.random(8), np.arange(5), rng.random((5, 3)).astype(np.float32)
+    save_numbers(tmp_path / "a.npz", losses, {"t": {"ids": ids, "rows": rows}})
+
+    def out(dl: float, dr: float) -> str | None:
+        save_numbers(tmp_path / "b.npz", losses + dl, {"t": {"ids": ids[::-1].copy(),
+                                                             "rows": (rows + dr)[::-1].copy()}})
+        return outside_tolerance(tmp_path / "a.npz", tmp_path / "b.npz")
+
+    assert out(5e-7, 5e-6) is None  # (in another ID order: compared by ID)
+    assert "losses differ by up to 1.00e-05" in out(1e-5, 0.0)
+    assert "table 't': rows differ" in out(0.0, 1e-3)
+
+
+def test_a_world_size_trial_runs_on_ranks_within_the_tolerance(tmp_path):
+    """A reordering knob's trial is one torchrun of 2 ranks: rank 0 reports the run with the
+    ranks' shards merged, and it is judged against the start within the tolerance, not by
+    digest."""
+    tune(POOR, [Knob(WORLD, (1, 2), "reordering")], Budgets(), tmp_path, trials=2,
+         window=WINDOW, log=print, seed=3)
+    study = load(tmp_path / "journal.log")
+    two = [t for t in study.get_trials() if t.params.get(WORLD) == 2]
+    assert two, "the sampler never tried 2 ranks"
+    for t in two:
+        a = t.user_attrs
+        assert a["error"] is None, a["error"]
+        assert len(a["windows"]) == WINDOW.windows
+        assert (tmp_path / "trials" / f"{t.number:03d}" / "numbers.npz").exists()
+        assert a.get("veto") is None or "outside the reordering tolerance" in a["veto"]
+        print(t.number, a.get("veto"), a["figures"])

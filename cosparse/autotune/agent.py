@@ -25,16 +25,18 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from cosparse.autotune.audit import code_version, config_hash
-from cosparse.autotune.knobs import apply
+from cosparse.autotune.knobs import apply, reorders, semantic_knobs, world
 from cosparse.autotune.measure import measure
 from cosparse.autotune.semantic import semantic_pass, suggestions
+from cosparse.autotune.tolerance import outside_tolerance
 from cosparse.autotune.types import Budgets, Knob, Measurement, median
-from cosparse.config import ConfigError
+from cosparse.config import ConfigError, config_from_mapping
 
 STUDY = "cosparse-tune"
 # the constraints: each budget's excess, then the exactness veto and a failed run (<= 0: met)
 CONSTRAINTS = ("device_bytes", "host_bytes", "ps_bytes_per_step", "exactness", "ran")
 APPLIED_BY = "cosparse tune (offline agent)"
+NUMBERS = "numbers.npz"  # a trial's losses and whole rows, when reordering knobs are searched
 
 
 @dataclass
@@ -98,6 +100,7 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
     study.set_user_attr("code", version)
     deadline = None if minutes is None else time.monotonic() + 60 * minutes
     runs = out / "trials"
+    keep_numbers = any(k.kind == "reordering" for k in knobs)  # compared within a tolerance
 
     def run(params: dict[str, Any], role: str) -> tuple[optuna.trial.Trial, Measurement]:
         if role == "baseline":  # the start, enqueued: measured again between candidates
@@ -110,8 +113,9 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
             trial.report(value, step)
             return role == "candidate" and trial.should_prune()
 
-        m = measure(cfg, window.warmup_steps, runs / f"{trial.number:03d}", trial_timeout_s,
-                    report)
+        where = runs / f"{trial.number:03d}"
+        m = measure(cfg, window.warmup_steps, where, trial_timeout_s, report,
+                    world=world(params), numbers=where / NUMBERS if keep_numbers else None)
         for key, value in {"role": role, "windows": m.windows, "figures": m.figures(),
                            "loss_digest": m.loss_digest, "row_digest": m.row_digest,
                            "error": m.error, "config_hash": config_hash(cfg), **version,
@@ -151,11 +155,10 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
         again.set_user_attr("baselines", [after, after])
         study.tell(again, 1.0)
         trial.set_user_attr("baselines", [before, after])
-        veto = not m.error and (m.loss_digest, m.row_digest) != reference
+        veto = _veto(trial, m, reference, runs / f"{first.number:03d}" / NUMBERS, runs)
         if veto:
-            trial.set_user_attr("veto", "engine bug: an exact knob changed the losses or rows "
-                                        f"(params {trial.params})")
-            log(f"VETO trial {trial.number}: {trial.user_attrs['veto']}")
+            trial.set_user_attr("veto", veto)
+            log(f"VETO trial {trial.number}: {veto}")
         _constrain(trial, [*budgets.violations(m.figures()), 1.0 if veto else -1.0,
                            1.0 if m.error else -1.0])
         value = _speedup(m.samples_per_s, before, after)
@@ -168,11 +171,29 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
         before = after
     if semantic:
         study.set_user_attr("semantic", {"allow": allow_semantic, "auc_gate": auc_gate})
-        semantic_pass(study, raw, decide(study)["params"], semantic, window.config,
-                      window.warmup_steps, runs, trial_timeout_s, log)
+        decided = decide(study)["params"]
+        # those the decided configuration takes (admission, for one, is not every path's)
+        fits = {k.key for k in semantic_knobs(config_from_mapping(apply(raw, decided)))}
+        semantic_pass(study, raw, decided, [k for k in semantic if k.key in fits],
+                      window.config, window.warmup_steps, runs, trial_timeout_s, log)
     decision = decide_all(study)
     study.set_user_attr("decision", decision)
     return decision
+
+
+def _veto(trial: optuna.trial.Trial, m: Measurement, reference: tuple[str, str],
+          start_numbers: Path, runs: Path) -> str | None:
+    """Why a finished trial's numbers disqualify it (None: they do not): a reordering trial
+    outside the parallelism tolerance of the start's, or an exact one not bit-identical."""
+    if m.error:
+        return None
+    if reorders(trial.params):
+        why = outside_tolerance(start_numbers, runs / f"{trial.number:03d}" / NUMBERS)
+        return None if why is None else f"outside the reordering tolerance: {why} " \
+                                        f"(params {trial.params})"
+    if (m.loss_digest, m.row_digest) != reference:
+        return f"engine bug: an exact knob changed the losses or rows (params {trial.params})"
+    return None
 
 
 def _speedup(sps: float, before: float, after: float) -> float:

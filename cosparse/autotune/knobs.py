@@ -21,6 +21,16 @@ def _with_start(start: Any, values: tuple[Any, ...]) -> tuple[Any, ...]:
     return (start, *[v for v in values if v != start])
 
 
+def world(params: dict[str, Any]) -> int:
+    """The ranks a trial of ``params`` runs on."""
+    return int(params.get(WORLD, 1))
+
+
+def reorders(params: dict[str, Any]) -> bool:
+    """Whether ``params`` set a reordering knob off its start (one process, no pins)."""
+    return world(params) > 1 or params.get(SHARDING, "auto") != "auto"
+
+
 def exact_knobs(cfg: Config) -> list[Knob]:
     """The exact knobs that apply to ``cfg`` (its supply path and tiers)."""
     sp, store = cfg.supply, cfg.store
@@ -68,11 +78,24 @@ def semantic_knobs(cfg: Config) -> list[Knob]:
     return knobs
 
 
+def reordering_knobs(cfg: Config, ranks: int) -> list[Knob]:
+    """World sizes up to ``ranks`` (torchrun trials on this host) and every table's sharding
+    (``auto``: the sharding planner's choice). They change the order of sums, so a trial must
+    end within the parallelism tolerance of the start (``cosparse.autotune.tolerance``)."""
+    if ranks < 2:
+        return []
+    kinds = ("auto", "row_wise", "table_wise", "column_wise", "table_row_wise", "data_parallel")
+    return [Knob(WORLD, tuple(range(1, ranks + 1)), "reordering"),
+            Knob(SHARDING, kinds, "reordering")]
+
+
 def _scaled(value: float) -> tuple[float, ...]:
     return (value, value / 2, value * 2)
 
 
 EVERY_TABLE = "tables.*."  # a key under it is set on every table
+WORLD = "launch.world_size"  # how a trial is launched (ranks of one torchrun), not a config key
+SHARDING = "parallel.sharding.*"  # every table pinned to one sharding kind (auto: none)
 
 
 def apply(raw: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +105,11 @@ def apply(raw: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     for key in [k for k in params if k.startswith(EVERY_TABLE)]:
         for table in out["tables"]:
             set_dotted(table, {key[len(EVERY_TABLE):]: params[key]})
-    out = set_dotted(out, {k: v for k, v in params.items() if not k.startswith(EVERY_TABLE)})
+    if params.get(SHARDING, "auto") != "auto":
+        out.setdefault("parallel", {})["sharding"] = {t["name"]: params[SHARDING]
+                                                      for t in out["tables"]}
+    special = (EVERY_TABLE, "launch.", SHARDING)
+    out = set_dotted(out, {k: v for k, v in params.items() if not k.startswith(special)})
     if "supply.path" in params:
         _fit_store(out)
     return out

@@ -29,15 +29,24 @@ def _lines(stream: Any, out: queue.Queue) -> None:
 
 
 def measure(raw: dict[str, Any], warmup_steps: int, workdir: Path, timeout_s: float,
-            report: Report | None = None, evaluate: bool = False) -> Measurement:
+            report: Report | None = None, evaluate: bool = False, world: int = 1,
+            numbers: Path | None = None) -> Measurement:
     """Train ``raw`` (its ``train.steps`` and ``log_every`` set to the window) in a trial
-    process; the intervals after ``warmup_steps`` are the measured windows."""
+    process, or on ``world`` ranks of one torchrun; the intervals after ``warmup_steps`` are the
+    measured windows. ``numbers``: where the trial writes its losses and whole rows."""
     workdir.mkdir(parents=True, exist_ok=True)
     cfg_path = workdir / "config.json"
     cfg_path.write_text(json.dumps(raw))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "cosparse.autotune.trial_run", str(cfg_path)]
-    proc = subprocess.Popen(cmd + (["--evaluate"] if evaluate else []),
+    if world > 1:  # one torchrun of ``world`` ranks on this host (gloo: one thread each)
+        env["OMP_NUM_THREADS"] = "1"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "-m",
+               "cosparse.autotune.trial_run", str(cfg_path)]
+    cmd += ["--evaluate"] if evaluate else []
+    cmd += ["--numbers", str(numbers)] if numbers is not None else []
+    proc = subprocess.Popen(cmd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True,  # (a pruned trial stops with its children)
                             preexec_fn=pdeathsig())  # (and with the agent, however it ends)
@@ -57,6 +66,8 @@ def measure(raw: dict[str, Any], warmup_steps: int, workdir: Path, timeout_s: fl
                 return m
             if line is None:
                 break
+            if not line.startswith("{"):  # (a launcher's or a library's own line)
+                continue
             rec = json.loads(line)
             if rec.get("done"):
                 m.device_bytes, m.host_bytes = rec["device_bytes"], rec["host_bytes"]

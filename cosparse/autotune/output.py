@@ -15,7 +15,7 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from cosparse.autotune.knobs import apply
+from cosparse.autotune.knobs import apply, world
 from cosparse.report.svg import line_chart
 
 
@@ -26,6 +26,10 @@ def write_outputs(study: optuna.Study, decision: dict[str, Any], out: Path) -> d
     best = apply(start, {**changed, **(decision.get("semantic", {}).get("applied") or {})})
     a = yaml.safe_dump(start, sort_keys=False).splitlines(keepends=True)
     b = yaml.safe_dump(best, sort_keys=False).splitlines(keepends=True)
+    ranks = world(decision["params"])
+    if ranks > 1:  # the world size is how the run is launched, not a config key
+        b.insert(0, f"# launch: torchrun --nproc-per-node {ranks} -m cosparse train --config "
+                    "best.yaml\n")
     paths = {"best": out / "best.yaml", "diff": out / "diff.txt", "report": out / "report.html"}
     paths["best"].write_text("".join(b))
     paths["diff"].write_text("".join(difflib.unified_diff(a, b, "start.yaml", "best.yaml")))

@@ -17,7 +17,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from cosparse.autotune.audit import code_version, config_hash
-from cosparse.autotune.knobs import apply
+from cosparse.autotune.knobs import apply, world
 from cosparse.autotune.measure import measure
 from cosparse.autotune.types import Budgets, Knob, Measurement
 
@@ -42,7 +42,9 @@ def semantic_pass(study: optuna.Study, raw: dict[str, Any], decided: dict[str, A
     """Measure every other value of every semantic knob from the decided exact params, and
     the decided configuration itself (the reference), each with its held-out evaluation."""
     base_cfg = config(apply(raw, decided))
-    base = measure(base_cfg, warmup_steps, runs / "semantic-base", timeout_s, evaluate=True)
+    ranks = world(decided)
+    base = measure(base_cfg, warmup_steps, runs / "semantic-base", timeout_s, evaluate=True,
+                   world=ranks)
     _record(study, "semantic-base", {}, knobs, base, base_cfg)
     if base.error:
         log(f"semantic pass: the decided configuration failed to run: {base.error}")
@@ -52,7 +54,7 @@ def semantic_pass(study: optuna.Study, raw: dict[str, Any], decided: dict[str, A
         for value in knob.choices[1:]:
             cfg = config(apply(raw, {**decided, knob.key: value}))
             m = measure(cfg, warmup_steps, runs / f"semantic-{knob.key}-{value}", timeout_s,
-                        evaluate=True)
+                        evaluate=True, world=ranks)
             _record(study, "semantic", {knob.key: value}, knobs, m, cfg)
             if m.error:
                 log(f"semantic {knob.key} = {value}: failed ({m.error[:200]})")
