@@ -148,3 +148,41 @@ def test_a_size_knob_needs_a_budget():
     raw["train"]["autotune"] = {"knobs": ["store.device.rows"], "every": 8}
     with pytest.raises(ConfigError, match="device_budget"):
         config_from_mapping(raw)
+
+
+def _rec(step: int, sps: float, **more: float) -> dict:
+    return {"step": step, "samples_per_s": sps, "stage_ms.plan": 5.0, "stage_ms.fill": 5.0,
+            "stage_ms.read": 1.0, "step_ms_p50": 20.0, "hit_rate.device": 0.5, **more}
+
+
+def test_the_agent_keeps_what_is_faster_and_rolls_back_the_rest(tmp_path):
+    """Fed interval records (4 to a window): the first window is skipped, the second is the
+    base; a change followed by a clearly faster window stays, one followed by a slower window
+    is rolled back, and a fallback undoes the change under trial."""
+    raw = copy.deepcopy(POOR)
+    raw["train"]["autotune"] = {"knobs": ["supply.lookahead", "data.queue_depth"], "every": 8}
+    agent = LiveAgent(config_from_mapping(raw), tmp_path / "j.log", log=print)
+    step = 0
+
+    def window(sps: list[float], **more: float) -> list[Reconfigure | None]:
+        nonlocal step
+        out = []
+        for v in sps:
+            step += 2
+            out.append(agent(_rec(step, v, **more)))
+        return out
+
+    assert window([1, 1, 1, 1]) == [None] * 4  # the run's first window: not measured
+    *_, first = window([100, 101, 99, 100])
+    assert first.changes == {"supply.lookahead": 1}
+    *_, second = window([500, 150, 149, 151])  # (the restart's interval is not counted)
+    assert agent.current["supply.lookahead"] == 1 and second.changes == {"supply.lookahead": 2}
+    *_, third = window([0, 120, 119, 121])
+    assert third.changes == {"supply.lookahead": 1} and "rolled back" in third.reason
+    assert [c["kept"] for c in agent.changes] == [True, False]
+    *_, fourth = window([1, 150, 150, 151])  # measured again after the rollback, a new move
+    assert fourth.changes == {"data.queue_depth": 8}
+    (undo,) = window([140], fallbacks=1)
+    assert undo.changes == {"data.queue_depth": 4} and "fell back" in undo.reason
+    assert agent.trying is None and agent.current == {"supply.lookahead": 1,
+                                                      "data.queue_depth": 4}

@@ -113,6 +113,7 @@ class LiveAgent:
         self.skip = 0  # intervals left to drop (the restart after a change)
         self.target = self.per_window  # intervals the current window measures
         self.intervals = 0
+        self.fallbacks = 0
         self.settled = False
         journal.parent.mkdir(parents=True, exist_ok=True)
         self.study = optuna.create_study(
@@ -128,6 +129,10 @@ class LiveAgent:
     # --- the trainer's callback -------------------------------------------------------------
     def __call__(self, rec: dict[str, Any]) -> Reconfigure | None:
         self.intervals += 1
+        fallbacks = int(rec.get("fallbacks") or 0)
+        if fallbacks > self.fallbacks:  # the supply path changed under the windows
+            self.fallbacks = fallbacks
+            return self._fell_back(int(rec["step"]))
         if self.skip:
             self.skip -= 1
             return None
@@ -146,6 +151,20 @@ class LiveAgent:
         else:
             self.base = window
         return self._propose(recs, step)
+
+    def _fell_back(self, step: int) -> Reconfigure | None:
+        """A fallback (B's supply to the trainer's own pulls) makes the windows around it
+        incomparable: measure afresh, and undo a change under trial."""
+        self.window, self.recs, self.base = [], [], None
+        self._restart()
+        move, old = self.trying, self.old
+        self.log(f"autotune: the supply fell back at step {step}; measuring again")
+        if move is None or old is None:
+            return None
+        self._journal(move, old, [], [], 0.0, 1.0, False, step)
+        self.trying = self.old = None
+        return Reconfigure({move.key: old}, "rolled back: the supply fell back during its "
+                                            "window", APPLIED_BY)
 
     # --- deciding ---------------------------------------------------------------------------
     def _judge(self, window: list[float], step: int) -> Reconfigure | None:
