@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     steps, batch, log_every = (320, 512, 10) if a.quick else (1200, BATCH, 20)
     raw = poor_start()
     raw["data"]["batch_size"] = batch
+    raw["data"]["synthetic"]["num_batches"] = steps + 8  # one epoch covers the run
     raw["train"].update(steps=steps, log_every=log_every, progress=False)
     tuned = copy.deepcopy(raw)
     t0 = time.perf_counter()

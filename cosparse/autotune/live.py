@@ -239,8 +239,11 @@ class LiveAgent:
             ladder, now = self.ladders[key], self.current[key]
             i = ladder.index(now)
             rungs = [(i + 1, up), (i - 1, down)]
-            if key in SIZES and i + 2 < len(ladder):  # a tier's whole budget first: a step of
-                rungs.insert(0, (len(ladder) - 1, up))  # 2x may hide in the noise
+            if key in SIZES:  # the largest size that fits first: a step of 2x may hide in noise
+                top = max((j for j in range(i + 2, len(ladder))
+                           if self._fits(key, ladder[j])), default=None)
+                if top is not None:
+                    rungs.insert(0, (top, up))
             for rank, (j, table) in enumerate(rungs):
                 score, why = table.get(key, (0.0, ""))
                 if 0 <= j < len(ladder) and score > 0 and self._fits(key, ladder[j]):
