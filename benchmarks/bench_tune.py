@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import statistics
 import sys
 import tempfile
@@ -35,8 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine_info, write_json
+from cosparse.autotune.agent import Window
 
 VOCAB = 200_000  # rows of each table
+STEADY = Window(warmup_steps=400, windows=4, window_steps=50)  # past the tiers' warm-up
 TABLES = 8
 BATCH = 1024
 
@@ -61,8 +64,35 @@ def poor_start() -> dict[str, Any]:
     }
 
 
+def steady(path: Path) -> int:
+    """The decision in a saved result against the start, each trained long past the tiers'
+    warm-up: the trials' short windows start while the tiers still fill, and a tier with free
+    slots is fast for a while whatever its size is worth."""
+    from cosparse.autotune.knobs import apply
+    from cosparse.autotune.measure import measure
+
+    res = json.loads(path.read_text())
+    raw = poor_start()
+    raw["data"]["synthetic"]["num_batches"] = STEADY.warmup_steps + 2 * STEADY.windows * \
+        STEADY.window_steps
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="bench_tune.steady.") as tmp:
+        for name, params in (("start", {}), ("best", res["decision"]["params"])):
+            m = measure(STEADY.config(apply(raw, params)), STEADY.warmup_steps,
+                        Path(tmp) / name, 900.0)
+            if m.error:
+                raise RuntimeError(f"steady-state {name} failed: {m.error}")
+            out[name] = m.samples_per_s
+            print(f"steady state, {name}: {m.samples_per_s:,.0f} samples/s", flush=True)
+    res["steady_state"] = {"window": vars(STEADY), "start_samples_per_s": out["start"],
+                           "best_samples_per_s": out["best"],
+                           "speedup": out["best"] / out["start"]}
+    write_json(str(path), res)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    from cosparse.autotune.agent import Window, load, replay, tune
+    from cosparse.autotune.agent import load, replay, tune
     from cosparse.autotune.knobs import apply, exact_knobs
     from cosparse.autotune.measure import measure
     from cosparse.autotune.output import write_outputs
@@ -73,7 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="8 trials, 2 rounds")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--out", default=None, help="keep the agent's journal and report here")
+    p.add_argument("--steady", default=None, metavar="RESULT_JSON",
+                   help="instead: measure a saved run's decision and start at steady state "
+                        f"(after {STEADY.warmup_steps} steps) and add it to that JSON")
     a = p.parse_args(argv)
+    if a.steady:
+        return steady(Path(a.steady))
     trials, rounds = (8, 2) if a.quick else (30, 5)
     # windows of ~1 s: the quick run's 17 trials and 2 rounds fit its 6 minutes
     window = Window(warmup_steps=5, windows=5 if a.quick else 6, window_steps=12)

@@ -186,3 +186,22 @@ def test_the_agent_keeps_what_is_faster_and_rolls_back_the_rest(tmp_path):
     assert undo.changes == {"data.queue_depth": 4} and "fell back" in undo.reason
     assert agent.trying is None and agent.current == {"supply.lookahead": 1,
                                                       "data.queue_depth": 4}
+
+
+def test_a_resized_tier_is_measured_once_it_is_full_again(tmp_path):
+    """After a tier grows, its intervals count only once it evicts again (or after two windows):
+    a tier with free slots is fast for a while whatever its size is worth."""
+    raw = copy.deepcopy(POOR)
+    raw["train"]["autotune"] = {"knobs": ["store.device.rows"], "every": 8,
+                                "device_budget": 4 * 600 * 36}
+    agent = LiveAgent(config_from_mapping(raw), tmp_path / "j.log", log=print)
+    steps = iter(range(2, 1000, 2))
+    for v in [1, 1, 1, 1, 100, 100, 100, 100]:  # skipped, then the base window
+        answer = agent(_rec(next(steps), v, **{"evictions.device": 5}))
+    assert answer.changes == {"store.device.rows": 2400}
+    agent(_rec(next(steps), 1))  # the restart
+    for _ in range(5):  # filling: fast, and not measured
+        assert agent(_rec(next(steps), 1000)) is None and agent.window == []
+    for _ in range(3):  # full again: measured, no faster than before
+        answer = agent(_rec(next(steps), 100, **{"evictions.device": 7}))
+    assert answer.changes == {"store.device.rows": 600} and "rolled back" in answer.reason

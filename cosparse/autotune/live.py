@@ -114,6 +114,8 @@ class LiveAgent:
         self.target = self.per_window  # intervals the current window measures
         self.intervals = 0
         self.fallbacks = 0
+        self.filling: str | None = None  # the tier resized last, until it evicts again
+        self.fill_left = 0
         self.settled = False
         journal.parent.mkdir(parents=True, exist_ok=True)
         self.study = optuna.create_study(
@@ -136,6 +138,11 @@ class LiveAgent:
         if self.skip:
             self.skip -= 1
             return None
+        if self.filling is not None and self.fill_left > 0 and not rec.get(
+                f"evictions.{self.filling}"):
+            self.fill_left -= 1  # a resized tier still has free slots: not steady state yet
+            return None
+        self.filling = None
         self.window.append(float(rec["samples_per_s"]))
         self.recs.append(rec)
         if len(self.window) < self.target:
@@ -185,7 +192,7 @@ class LiveAgent:
             return None
         self.tabu.add((move.key, move.value))
         self.base = None  # measured again after the rollback
-        self._restart()
+        self._restart(move.key)
         self.log(f"autotune: rolled back {verdict}")
         return Reconfigure({move.key: old}, f"rolled back: {verdict}", APPLIED_BY)
 
@@ -198,12 +205,17 @@ class LiveAgent:
             return None
         move = max(moves, key=lambda m: m.score)
         self.trying, self.old = move, self.current[move.key]
-        self._restart()
+        self._restart(move.key)
         return Reconfigure({move.key: move.value}, move.reason, APPLIED_BY)
 
-    def _restart(self) -> None:
-        """The change restarts the stream: its first interval is not steady state."""
+    def _restart(self, key: str | None = None) -> None:
+        """The change restarts the stream: its first interval is not steady state. A resized
+        tier is not either until it evicts again (full): until then, up to two windows of
+        intervals are not measured (a tier with free slots evicts nothing, so it is fast for a
+        while whether or not its size pays at steady state)."""
         self.skip, self.target = 1, self.per_window - 1
+        if key in SIZES:
+            self.filling, self.fill_left = key.split(".")[1], 2 * self.per_window
 
     def _moves(self, recs: list[dict[str, Any]]) -> list[Move]:
         """Each knob's next rung up and down, scored by the stage time it would relieve."""
