@@ -1,9 +1,12 @@
-"""The exact knobs of a start configuration (each with the values the agent may try, the
-start's first) and their application to a config mapping.
+"""The knobs of a start configuration (each with the values the agent may try, the start's
+first) and their application to a config mapping.
 
-Exact knobs move rows and work between tiers, threads and processes but never change what is
-computed, so every trial trains the start's losses and rows bit for bit (the agent vetoes one
-that does not)."""
+- Exact knobs move rows and work between tiers, threads and processes but never change what is
+  computed, so every trial trains the start's losses and rows bit for bit (the agent vetoes one
+  that does not).
+- Reordering knobs (world size, sharding) change the order of sums: a trial must end within the
+  parallelism tolerance of the start.
+- Semantic knobs change what the model learns: suggestions, applied only when allowed."""
 
 from __future__ import annotations
 
@@ -15,6 +18,9 @@ from cosparse.config import Config
 from cosparse.config.mapping import set_dotted
 
 PATHS = ("resident", "ps-tiered", "ps-direct", "collaborative")
+EVERY_TABLE = "tables.*."  # a key under it is set on every table
+WORLD = "launch.world_size"  # how a trial is launched (ranks of one torchrun), not a config key
+SHARDING = "parallel.sharding.*"  # every table pinned to one sharding kind (auto: none)
 
 
 def _with_start(start: Any, values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -52,7 +58,6 @@ def exact_knobs(cfg: Config) -> list[Knob]:
                           _with_start(store.host.policy, ("lru", "lfu", "hotness"))))
     if sp.path in ("ps-tiered", "collaborative"):  # the supply paths over the start's PS
         knobs.append(Knob("supply.path", _with_start(sp.path, PATHS)))
-    if sp.path in ("ps-tiered", "collaborative"):
         knobs.append(Knob("store.remote.num_shards",
                           _with_start(store.remote.num_shards, (1, 2, 4))))
     if sp.path == "collaborative":
@@ -92,10 +97,6 @@ def reordering_knobs(cfg: Config, ranks: int) -> list[Knob]:
 def _scaled(value: float) -> tuple[float, ...]:
     return (value, value / 2, value * 2)
 
-
-EVERY_TABLE = "tables.*."  # a key under it is set on every table
-WORLD = "launch.world_size"  # how a trial is launched (ranks of one torchrun), not a config key
-SHARDING = "parallel.sharding.*"  # every table pinned to one sharding kind (auto: none)
 
 
 def apply(raw: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

@@ -156,6 +156,10 @@ BOUNDS: dict[str, Bound] = {
     "train.stall_timeout_s": AT_LEAST_0,  # 0: wait without bound
     "train.checkpoint.every": AT_LEAST_0,
     "train.checkpoint.keep": AT_LEAST_1,  # 0 would delete the checkpoint just written
+    "train.autotune.every": AT_LEAST_1,  # (a multiple of log_every: validate_train)
+    "train.autotune.device_budget": AT_LEAST_1,
+    "train.autotune.host_budget": AT_LEAST_1,
+    "train.autotune.min_gain": Bound(0, 10),  # a gain over 10x to keep a change is a typo
 }
 
 
