@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from test_autotune import POOR as TUNE_START
 
 from cosparse.autotune.live import LiveAgent
 from cosparse.autotune.trial_run import row_digest
@@ -19,18 +20,10 @@ from cosparse.config import ConfigError, config_from_mapping
 from cosparse.train.live import Reconfigure
 from cosparse.train.trainer import Trainer
 
-POOR = {
-    "data": {"reader": "synthetic", "batch_size": 128, "workers": 0,
-             "synthetic": {"num_features": 4, "num_dense": 2, "vocab_size": 20000,
-                           "alpha": 1.05, "seed": 3, "num_batches": 200, "eval_batches": 1}},
-    "model": {"kind": "dlrm", "bottom": [8, 8], "top": [8, 1],
-              "dense_optimizer": {"kind": "adagrad", "lr": 0.05}},
-    "tables": [{"name": "cat", "dim": 8, "features": ["C1", "C2", "C3", "C4"],
-                "optimizer": {"kind": "rowwise_adagrad", "lr": 0.05}}],
-    "store": {"device": {"rows": 600, "policy": "lru"}},
-    "supply": {"lookahead": 0},
-    "train": {"steps": 60, "threads": 1, "log_every": 2, "progress": False},
-}
+# the offline agent's tiny start, trained longer and logged every 2 steps
+POOR = copy.deepcopy(TUNE_START)
+POOR["data"]["synthetic"]["num_batches"] = 200
+POOR["train"].update(steps=60, log_every=2, progress=False)
 KNOBS = ["supply.lookahead", "supply.horizon", "data.workers", "data.queue_depth"]
 
 
