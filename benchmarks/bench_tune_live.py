@@ -3,9 +3,9 @@
 The same workload and start as ``bench_tune`` (architecture B over two embedded PS shards, a
 device tier of 1% and a host tier of 5% of each vocabulary, LRU, lookahead 0, one data worker),
 trained twice on the same batches: once as it is, once with the live agent on every live knob
-(lookahead, horizon, data workers, prefetch depth, ``publish_every``, and the device and host
-rows within bench_tune's budgets: 10% and 25% of the vocabularies' bytes), in windows of 8
-intervals (80 steps; quick 40).
+(lookahead, horizon, data workers, prefetch depth, ``publish_every``, the device and host rows
+within bench_tune's budgets: 10% and 25% of the vocabularies' bytes, and the supply path between
+B's workers' rows and the trainer's own pulls), in windows of 8 intervals (80 steps; quick 40).
 
 Figures, all from this run:
 - ``live_speedup``: the agent's run over the plain run, interval for interval, the median over
@@ -34,7 +34,7 @@ from benchmarks.common import machine_info, write_json
 
 ROW_BYTES = 4 * (16 + 1)
 KNOBS = ["supply.lookahead", "supply.horizon", "data.workers", "data.queue_depth",
-         "supply.publish_every", "store.device.rows", "store.host.rows"]
+         "supply.publish_every", "store.device.rows", "store.host.rows", "supply.path"]
 
 
 def _run(raw: dict[str, Any], agent_journal: Path | None) -> dict[str, Any]:

@@ -25,6 +25,12 @@ POOR = copy.deepcopy(TUNE_START)
 POOR["data"]["synthetic"]["num_batches"] = 200
 POOR["train"].update(steps=60, log_every=2, progress=False)
 KNOBS = ["supply.lookahead", "supply.horizon", "data.workers", "data.queue_depth"]
+# architecture B over one embedded shard, one data worker bringing the cold rows
+B = copy.deepcopy(POOR)
+B["data"]["workers"] = 1
+B["store"]["host"] = {"rows": 3000, "policy": "lru", "spill": True, "spill_to": "remote"}
+B["store"]["remote"] = {"num_shards": 1}
+B["supply"]["path"] = "collaborative"
 
 
 def _train(raw: dict, on_interval=None) -> tuple[list[float], str, Trainer]:
@@ -78,6 +84,7 @@ def test_a_forced_change_sequence_is_exact():
 @pytest.mark.parametrize("knobs,why", [
     (["store.device.policy"], "cannot change while training"),
     (["supply.publish_every"], "publishes nothing"),
+    (["supply.path"], "started on 'collaborative'"),
 ])
 def test_bad_live_knobs_are_config_errors(knobs, why):
     raw = copy.deepcopy(POOR)
@@ -143,6 +150,49 @@ def test_a_size_knob_needs_a_budget():
         config_from_mapping(raw)
 
 
+def test_switching_b_to_the_trainers_own_pulls_and_back_is_exact():
+    """supply.path live: B's workers stop bringing rows (the trainer pulls its misses over the
+    same tiers), then bring them again, then stop: the same numbers as B throughout, and each
+    interval's counters show who brought the rows."""
+    plain = _train(B)
+    plan = iter([{}, {}, {"supply.path": "ps-tiered"}, {}, {}, {}, {"supply.path": "collaborative"},
+                 {}, {}, {}, {"supply.path": "ps-tiered"}])
+    recs: list[dict] = []
+
+    def switch(rec: dict) -> Reconfigure:
+        recs.append(rec)
+        return Reconfigure(next(plan, {}), "test", "test")
+
+    changed = _train(B, switch)
+    assert changed[0] == plain[0] and changed[1] == plain[1]
+    delivered = [r["delivered_rows"] > 0 for r in recs]
+    pulled = [r["miss_share.trainer_ps"] > 0.5 for r in recs]
+    # intervals 4-6 and from 12 on pull, 1-3 and 8-10 are delivered (B's restarts: 7 and 11)
+    assert all(delivered[:3]) and all(delivered[7:10]) and not any(delivered[3:6] + delivered[11:])
+    assert all(pulled[3:6]) and all(pulled[11:])
+    assert changed[2].cfg.supply.path == "ps-tiered" and not changed[2].path.fallbacks
+
+
+def test_the_agent_stops_bs_workers_rows_when_the_cores_are_few(tmp_path):
+    """Fed records of a B run whose workers bring most misses on 2 cores: the agent first
+    tries the trainer's own pulls, keeps them when faster, and then leaves publish_every alone
+    (no filter is published)."""
+    raw = copy.deepcopy(B)
+    raw["train"]["autotune"] = {"knobs": ["supply.publish_every", "supply.path"], "every": 8}
+    agent = LiveAgent(config_from_mapping(raw), tmp_path / "j.log", log=print)
+    agent.cores = 2
+    steps = iter(range(2, 1000, 2))
+    b = {"miss_share.delivered": 0.6, "miss_share.trainer_ps": 0.05, "stage_ms.plan": 90.0}
+    for v in [1, 1, 1, 1, 100, 100, 100, 100]:
+        answer = agent(_rec(next(steps), v, **b))
+    assert answer.changes == {"supply.path": "ps-tiered"}
+    assert "the workers bring 0.60 of the misses" in answer.reason
+    for v in [1, 180, 181, 179]:
+        answer = agent(_rec(next(steps), v, **{"miss_share.trainer_ps": 0.65}))
+    assert answer is None and agent.current["supply.path"] == "ps-tiered"
+    assert agent.changes[-1]["kept"] and agent.changes[-1]["to"] == "ps-tiered"
+
+
 def _rec(step: int, sps: float, **more: float) -> dict:
     return {"step": step, "samples_per_s": sps, "stage_ms.plan": 5.0, "stage_ms.fill": 5.0,
             "stage_ms.read": 1.0, "step_ms_p50": 20.0, "hit_rate.device": 0.5, **more}
@@ -198,3 +248,34 @@ def test_a_resized_tier_is_measured_once_it_is_full_again(tmp_path):
     for _ in range(3):  # full again: measured, no faster than before
         answer = agent(_rec(next(steps), 100, **{"evictions.device": 7}))
     assert answer.changes == {"store.device.rows": 600} and "rolled back" in answer.reason
+
+
+def test_after_patience_rollbacks_the_agent_settles_until_the_run_drifts(tmp_path):
+    """Two changes in a row rolled back (patience 2): the agent stops trying, however much the
+    counters argue, until a window is slower than the settled one beyond noise; then it tries
+    again, the moves it rolled back allowed anew."""
+    raw = copy.deepcopy(POOR)
+    raw["train"]["autotune"] = {"knobs": ["supply.lookahead", "data.queue_depth"], "every": 8,
+                                "patience": 2}
+    agent = LiveAgent(config_from_mapping(raw), tmp_path / "j.log", log=print)
+    steps = iter(range(2, 10_000, 2))
+
+    def window(sps: list[float]) -> Reconfigure | None:
+        return [agent(_rec(next(steps), v)) for v in sps][-1]
+
+    window([1, 1, 1, 1])  # the run's first window: not measured
+    assert window([100, 101, 99, 100]).changes == {"supply.lookahead": 1}
+    assert "rolled back" in window([0, 90, 91, 89]).reason
+    assert window([100, 101, 99, 100]).changes == {"data.queue_depth": 8}
+    undo = window([0, 95, 94, 96])
+    assert undo.changes == {"data.queue_depth": 4} and agent.settled
+    assert [c["kept"] for c in agent.changes] == [False, False]
+    window([0, 100, 102, 101])  # the reference: measured once the rollback restarted
+    for _ in range(5):  # steady, or noisy but not slower beyond noise: no change
+        assert window([99, 101, 100, 98]) is None and window([96, 104, 100, 97]) is None
+    assert window([60, 61, 59, 60]) is None and agent.settled  # one slow window: not yet
+    assert window([100, 101, 99, 100]) is None
+    assert window([60, 61, 59, 60]) is None and agent.settled
+    woke = window([61, 60, 62, 59])  # two in a row: the run drifted; what was slower may pay
+    assert not agent.settled and woke.changes == {"supply.lookahead": 1}
+    assert len(agent.changes) == 2

@@ -7,6 +7,11 @@ change back.
   change (the data stream and planner restart in it: not steady state).
 - "Beyond noise" is a one-sided Mann-Whitney U test of the two windows' interval throughputs
   (scipy) at p < 0.1, and a median gain over ``min_gain``.
+- After ``patience`` changes in a row rolled back, it settles: each trial costs the run a window
+  at a slower setting, and a run whose counters argue for nothing that pays should not keep
+  paying for it. Settled, it compares every window with the first one measured since; two in
+  a row slower beyond noise (the same test, so a false alarm, which costs trials, is rare)
+  mean the run drifted, and it explores again with a clean slate.
 - Every change, kept or rolled back, is an Optuna trial in a ``JournalStorage`` log (the offline
   agent's audit format: the knobs, both windows, the verdict, the code version, the config hash,
   who applied it), and each change reaches the run's metrics as a ``reconfigure`` record.
@@ -32,6 +37,7 @@ from scipy.stats import mannwhitneyu
 from cosparse.autotune.audit import code_version, config_hash
 from cosparse.config import Config
 from cosparse.config.sizes import parse_bytes
+from cosparse.config.train import LIVE_PATHS
 from cosparse.train.live import Reconfigure
 from cosparse.tune.tiers import row_bytes
 
@@ -46,14 +52,15 @@ LADDERS: dict[str, tuple[int, ...]] = {
     "supply.publish_every": (1, 2, 4, 8),
 }
 P_VALUE = 0.1
+DRIFT_WINDOWS = 2  # slower windows in a row that wake a settled agent
 SIZES = ("store.device.rows", "store.host.rows")  # their ladders come from the budgets
 
 
-def _value(cfg: Config, key: str) -> int:
+def _value(cfg: Config, key: str) -> Any:
     node: Any = cfg
     for part in key.split("."):
         node = getattr(node, part)
-    return int(node)
+    return node if key == "supply.path" else int(node)
 
 
 def _size_ladder(cfg: Config, key: str) -> tuple[int, ...]:
@@ -76,7 +83,7 @@ class Move:
     """One candidate change and the counter that argues for it (its milliseconds per step)."""
 
     key: str
-    value: int
+    value: int | str
     score: float
     reason: str
 
@@ -99,15 +106,19 @@ class LiveAgent:
         self.knobs = list(at.knobs)
         self.per_window = at.every // cfg.train.log_every
         self.min_gain = at.min_gain
+        self.patience = at.patience
         self.log = log
         self.current = {k: _value(cfg, k) for k in self.knobs}
-        self.ladders = {k: _size_ladder(cfg, k) if k in SIZES else
-                        tuple(sorted({*LADDERS[k], self.current[k]})) for k in self.knobs}
+        self.ladders = {k: _size_ladder(cfg, k) if k in SIZES else LIVE_PATHS
+                        if k == "supply.path" else tuple(sorted({*LADDERS[k], self.current[k]}))
+                        for k in self.knobs}
         self.cores = len(os.sched_getaffinity(0))
+        self.workers = cfg.data.workers  # (processes on this host, besides the trainer)
+        self.shards = cfg.store.remote.num_shards if cfg.store.remote.embedded else 0
         self.base: list[float] | None = None  # the window before the change under trial
         self.trying: Move | None = None
-        self.old: int | None = None
-        self.tabu: set[tuple[str, int]] = set()
+        self.old: int | str | None = None
+        self.tabu: set[tuple[str, int | str]] = set()
         self.window: list[float] = []
         self.recs: list[dict[str, Any]] = []
         self.skip = 0  # intervals left to drop (the restart after a change)
@@ -117,6 +128,9 @@ class LiveAgent:
         self.filling: str | None = None  # the tier resized last, until it evicts again
         self.fill_left = 0
         self.settled = False
+        self.rollbacks = 0  # in a row
+        self.reference: list[float] | None = None  # the first window measured once settled
+        self.drifting = 0  # windows in a row slower than the reference
         journal.parent.mkdir(parents=True, exist_ok=True)
         self.study = optuna.create_study(
             study_name=STUDY, direction="maximize", load_if_exists=True,
@@ -134,6 +148,8 @@ class LiveAgent:
         fallbacks = int(rec.get("fallbacks") or 0)
         if fallbacks > self.fallbacks:  # the supply path changed under the windows
             self.fallbacks = fallbacks
+            if "supply.path" in self.knobs:  # the workers' rows do not start again
+                self.knobs.remove("supply.path")
             return self._fell_back(int(rec["step"]))
         if self.skip:
             self.skip -= 1
@@ -155,14 +171,38 @@ class LiveAgent:
             answer = self._judge(window, step)
             if answer is not None:
                 return answer
+        elif self.settled and not self._drifted(window, step):
+            return None
         else:
             self.base = window
         return self._propose(recs, step)
+
+    def _drifted(self, window: list[float], step: int) -> bool:
+        """Settled: is this window slower than the reference beyond noise? Then explore again,
+        every move allowed anew (what was slower before may not be now)."""
+        if self.reference is None:
+            self.reference = window
+            return False
+        ratio = statistics.median(window) / statistics.median(self.reference)
+        p = float(mannwhitneyu(window, self.reference, alternative="less").pvalue)
+        slower = p < P_VALUE and ratio < 1.0 - self.min_gain
+        self.drifting = self.drifting + 1 if slower else 0
+        if self.drifting < DRIFT_WINDOWS:
+            return False
+        self.log(f"autotune: step {step}: throughput drifted to {ratio:.3f}x the settled window "
+                 f"(p = {p:.3f}, {self.drifting} windows in a row); exploring again")
+        self._wake()
+        return True
+
+    def _wake(self) -> None:
+        self.settled, self.reference, self.rollbacks, self.drifting = False, None, 0, 0
+        self.tabu.clear()
 
     def _fell_back(self, step: int) -> Reconfigure | None:
         """A fallback (B's supply to the trainer's own pulls) makes the windows around it
         incomparable: measure afresh, and undo a change under trial."""
         self.window, self.recs, self.base = [], [], None
+        self._wake()
         self._restart()
         move, old = self.trying, self.old
         self.log(f"autotune: the supply fell back at step {step}; measuring again")
@@ -186,7 +226,9 @@ class LiveAgent:
         verdict = (f"{move.key} {old} -> {move.value}: {gain:.3f}x the window before "
                    f"(p = {p:.3f})")
         if kept:
+            self.rollbacks = 0
             self.current[move.key] = move.value
+            self.tabu.add((move.key, old))  # just measured slower: no going back to it
             self.base = window
             self.log(f"autotune: kept {verdict}")
             return None
@@ -194,19 +236,25 @@ class LiveAgent:
         self.base = None  # measured again after the rollback
         self._restart(move.key)
         self.log(f"autotune: rolled back {verdict}")
+        self.rollbacks += 1
+        if self.patience and self.rollbacks >= self.patience:
+            self._settle(step, f"{self.rollbacks} changes in a row rolled back")
         return Reconfigure({move.key: old}, f"rolled back: {verdict}", APPLIED_BY)
 
     def _propose(self, recs: list[dict[str, Any]], step: int) -> Reconfigure | None:
         moves = [m for m in self._moves(recs) if (m.key, m.value) not in self.tabu]
         if not moves:
-            if not self.settled:
-                self.log(f"autotune: settled at step {step}: {self.current}")
-            self.settled = True
+            self._settle(step, "no move left that the counters argue for")
+            self.reference = self.base  # (measured at the settled knobs)
             return None
         move = max(moves, key=lambda m: m.score)
         self.trying, self.old = move, self.current[move.key]
         self._restart(move.key)
         return Reconfigure({move.key: move.value}, move.reason, APPLIED_BY)
+
+    def _settle(self, step: int, why: str) -> None:
+        self.settled, self.reference, self.drifting = True, None, 0
+        self.log(f"autotune: settled at step {step} ({why}): {self.current}")
 
     def _restart(self, key: str | None = None) -> None:
         """The change restarts the stream: its first interval is not steady state. A resized
@@ -227,6 +275,9 @@ class LiveAgent:
         hit = _mean(recs, "hit_rate.device")
         below = 1.0 - _mean(recs, "miss_share.host")  # device misses the host did not serve
         la = self.current.get("supply.lookahead")
+        # B's workers bring rows on other processes, which pays only on cores that are free
+        busy = (1 + self.current.get("data.workers", self.workers) + self.shards) / self.cores
+        delivered, pulled = _mean(recs, "miss_share.delivered"), _mean(recs, "miss_share.trainer_ps")
         up = {"supply.lookahead": (plan if la == 0 else wait,
                                    f"planning {plan:.1f} ms and waiting {wait:.1f} ms a step"),
               "data.workers": (featurize + wait, f"featurizing {featurize:.1f} ms and waiting "
@@ -240,14 +291,23 @@ class LiveAgent:
                                                          f"{plan:.1f} ms a step"),
               "store.host.rows": (plan * (1.0 - hit) * below,
                                   f"{below:.2f} of the device misses come from below the host, "
-                                  f"filling {plan:.1f} ms a step")}
+                                  f"filling {plan:.1f} ms a step"),
+              "supply.path": (plan * delivered * busy,
+                              f"the workers bring {delivered:.2f} of the misses with "
+                              f"{busy * self.cores:.0f} processes on {self.cores} cores, "
+                              f"planning {plan:.1f} ms a step")}
         down = {"supply.lookahead": (shrinks * step, f"{shrinks:.1f} lookahead shrinks a "
                                                      "interval"),
                 "data.workers": (0.05 * step if self.current.get("data.workers", 0)
                                  >= self.cores else 0.0, "more workers than cores"),
-                "supply.horizon": (shrinks * step / 2, f"{shrinks:.1f} lookahead shrinks")}
+                "supply.horizon": (shrinks * step / 2, f"{shrinks:.1f} lookahead shrinks"),
+                "supply.path": (plan * pulled / busy,
+                                f"the trainer pulls {pulled:.2f} of the misses itself, "
+                                f"planning {plan:.1f} ms a step")}
         out = []
         for key in self.knobs:
+            if key == "supply.publish_every" and self.current.get("supply.path") == "ps-tiered":
+                continue  # (no filter to publish)
             ladder, now = self.ladders[key], self.current[key]
             i = ladder.index(now)
             rungs = [(i + 1, up), (i - 1, down)]
@@ -271,7 +331,7 @@ class LiveAgent:
             return rows >= self.current["store.device.rows"]
         return True
 
-    def _journal(self, move: Move, old: int, base: list[float], window: list[float],
+    def _journal(self, move: Move, old: int | str, base: list[float], window: list[float],
                  gain: float, p: float, kept: bool, step: int) -> None:
         params = {**self.current, move.key: move.value}
         record = {"step": step, "knob": move.key, "from": old, "to": move.value,

@@ -160,6 +160,7 @@ BOUNDS: dict[str, Bound] = {
     "train.autotune.device_budget": AT_LEAST_1,
     "train.autotune.host_budget": AT_LEAST_1,
     "train.autotune.min_gain": Bound(0, 10),  # a gain over 10x to keep a change is a typo
+    "train.autotune.patience": AT_LEAST_0,  # 0: no limit
 }
 
 

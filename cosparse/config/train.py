@@ -21,7 +21,10 @@ class CheckpointConfig:
 
 # the exact knobs a running trainer can change between intervals (train.autotune.knobs)
 LIVE_KNOBS = ("supply.lookahead", "supply.horizon", "data.workers", "data.queue_depth",
-              "supply.publish_every", "store.device.rows", "store.host.rows")
+              "supply.publish_every", "store.device.rows", "store.host.rows", "supply.path")
+# the supply paths a run started on 'collaborative' switches between: the same tiers over the
+# same PS, with the workers' rows or with the trainer's own pulls
+LIVE_PATHS = ("collaborative", "ps-tiered")
 
 
 @dataclass
@@ -36,6 +39,9 @@ class AutotuneConfig:
     device_budget: int | str | None = None
     host_budget: int | str | None = None
     min_gain: float = 0.03  # a change stays if it is this much faster, significantly
+    # after this many changes in a row rolled back, the agent stops trying (each trial costs
+    # the run its window) until throughput drifts below the settled window's; 0: no limit
+    patience: int = 3
 
 
 @dataclass
@@ -84,6 +90,10 @@ def _validate_autotune(cfg: Config) -> None:
         raise ConfigError(f"train.autotune.every: {at.every} must be a multiple of train.log_every "
                           f"({log_every}) and at least 4 of its intervals, to compare windows")
     path = cfg.supply.path
+    if "supply.path" in at.knobs and path != "collaborative":
+        raise ConfigError(f"train.autotune.knobs: supply.path switches a run started on "
+                          f"'collaborative' to 'ps-tiered' and back, not one on '{path}' "
+                          "(`cosparse tune` tries every path)")
     if "supply.publish_every" in at.knobs and path != "collaborative":
         raise ConfigError(f"train.autotune.knobs: supply.publish_every is architecture B's; "
                           f"supply.path '{path}' publishes nothing")

@@ -63,6 +63,11 @@ class PSPath:
     def set_publish_every(self, steps: int) -> None:
         raise ValueError("supply.publish_every: only supply.path 'collaborative' publishes")
 
+    def set_path(self, name: str, step: int) -> None:
+        if name != self.name:
+            raise ValueError(f"supply.path: '{self.name}' cannot become '{name}' while training "
+                             "(only 'collaborative' switches, to 'ps-tiered' and back)")
+
     def fall_back(self, reason: str, step: int) -> None:
         raise AssertionError(f"supply.path '{self.name}' has nothing to fall back from")
 

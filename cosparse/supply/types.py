@@ -66,6 +66,10 @@ class SupplyPath(Protocol):
     # architecture B only: steps between two publications of the resident filter, from now on
     def set_publish_every(self, steps: int) -> None: ...
 
+    # architecture B only: 'ps-tiered' stops the workers' rows (the trainer pulls its misses
+    # over the same tiers, as after a fallback), 'collaborative' starts them again
+    def set_path(self, name: str, step: int) -> None: ...
+
     # --- checkpoints ----------------------------------------------------------------------
     def refuse_stale(self) -> None: ...
 

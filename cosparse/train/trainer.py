@@ -529,6 +529,9 @@ class Trainer:
             self._resize_tiers(r.changes.get("store.device.rows"), r.changes.get("store.host.rows"))
         if "supply.publish_every" in r.changes:
             self.path.set_publish_every(self.cfg.supply.publish_every)
+        if "supply.path" in r.changes:  # (B's workers' rows on or off: the tiers stay)
+            self.path.set_path(self.cfg.supply.path, self.state.step)
+            self.ec.delivery = self.path.delivery
         self._pending = None
         self.sink.write({"kind": "reconfigure", "step": self.state.step, "changes": r.changes,
                          "reason": r.reason, "by": r.by})

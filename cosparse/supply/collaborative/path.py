@@ -5,7 +5,10 @@ It owns the PS connection, the shared-memory directory (resident filter and shar
 the trainer side of the supply (``CollaborativeSupply``: filter publisher, delivered-row
 bookkeeping) and the codec the data workers run. When the workers' rows fail (a worker's PS
 link, too many stale rows, a stalled publisher), ``fall_back`` switches to the trainer's own
-pulls when ``supply.fallback`` allows it, keeping the tiers.
+pulls when ``supply.fallback`` allows it, keeping the tiers. ``set_path`` does the same on
+request (the live tuning agent's ``supply.path: ps-tiered``), and can start the workers' rows
+again: the tables keep logging their write-backs, so rows delivered after the restart are
+checked for staleness as before.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class CollaborativePath(PSPath):
         self.fallbacks: list[str] = []
         self.counters_b = SupplyCounters()  # across fallbacks and shard restarts
         self.delivering_pids: set[int] = set()  # worker processes whose PS pulls delivered rows
+        self._tables: dict[str, TablePlacement] | None = None  # (what a restarted supply serves)
+        self._remote: LoggedRemote | None = None
+        self.workers_rows = True  # False: set_path('ps-tiered') stopped them
 
     def placements(self) -> dict[str, TablePlacement]:
         assert self.ps.client is not None and self.plans is not None
@@ -53,7 +59,9 @@ class CollaborativePath(PSPath):
         remote = LoggedRemote(self.ps.client) if live else self.ps.client
         tables = tiered_tables(self.cfg.tables, self.ctx.device, self.plans, remote)
         if live:
-            self._start_supply(tables, remote)  # type: ignore[arg-type]
+            self._tables, self._remote = tables, remote  # type: ignore[assignment]
+            if self.workers_rows:
+                self._start_supply(tables, remote)  # type: ignore[arg-type]
         return tables
 
     def _start_supply(self, tables: dict[str, TablePlacement], remote: LoggedRemote) -> None:
@@ -115,6 +123,25 @@ class CollaborativePath(PSPath):
         self.cfg.supply.publish_every = steps
         if self.supply is not None:
             self.supply.publish_every = max(1, steps)
+
+    def set_path(self, name: str, step: int) -> None:
+        """'ps-tiered': the trainer pulls its own misses from now on (the tiers stay);
+        'collaborative': the workers bring the cold rows again."""
+        if name == "ps-tiered":
+            self._stop_supply()
+            self.workers_rows = False
+        elif name == "collaborative":
+            if self.fallbacks or self._tables is None or self._remote is None:
+                raise ValueError("supply.path: the workers' rows fell back "
+                                 f"({'; '.join(self.fallbacks) or 'before the tables were built'})"
+                                 "; they do not start again")
+            if self.supply is None:
+                self._start_supply(self._tables, self._remote)
+            self.workers_rows = True
+        else:
+            raise ValueError(f"supply.path: 'collaborative' switches to 'ps-tiered' and back "
+                             f"while training, not to '{name}'")
+        self.ctx.log(f"supply: {name} from step {step}")
 
     def fall_back(self, reason: str, step: int) -> None:
         """Go on with the trainer's own pulls (``supply.fallback: ps-direct``), keeping the
