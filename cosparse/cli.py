@@ -83,12 +83,15 @@ def _plan(args: argparse.Namespace) -> int:
         return _plan_tiers(args)
     if args.steps is None:
         raise ConfigError("cosparse plan: --steps is required (batches of the trace to replay)")
+    from cosparse.train.inputs import model_inputs
     from cosparse.tune.run import run_plan
 
     def body() -> int:
-        cfg = load_config(args.config, {"data.path": args.data} if args.data else {})
-        run_plan(cfg, args.steps, args.out or "runs/plan", args.capacities, args.lookahead, args.decay,
-                 progress=not args.no_progress, config_path=str(args.config))
+        inputs = model_inputs(load_config(args.config,
+                                          {"data.path": args.data} if args.data else {}))
+        run_plan(inputs.cfg, args.steps, args.out or "runs/plan", args.capacities,
+                 args.lookahead, args.decay, progress=not args.no_progress,
+                 config_path=str(args.config), reader=inputs.train)
         return 0
 
     return body()
@@ -97,6 +100,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _plan_tiers(args: argparse.Namespace) -> int:
     """Device and host sizes, PS shards and traffic under budgets, and their drift."""
     from cosparse.config.sizes import parse_bytes
+    from cosparse.train.inputs import model_inputs
     from cosparse.tune.tiers import describe, drift, plan_tiers
     from cosparse.tune.trace import build_traces
 
@@ -110,9 +114,10 @@ def _plan_tiers(args: argparse.Namespace) -> int:
     policies = tuple(args.policies.split(",")) if args.policies else None
 
     def recommend(path: str) -> Any:
-        cfg = load_config(path, {"data.path": args.data} if args.data else {})
-        traces = build_traces(cfg, args.steps, progress=not args.no_progress)
-        return plan_tiers(cfg, traces, device, host, shard, policies)
+        inputs = model_inputs(load_config(path, {"data.path": args.data} if args.data else {}))
+        traces = build_traces(inputs.cfg, args.steps, progress=not args.no_progress,
+                              reader=inputs.train)
+        return plan_tiers(inputs.cfg, traces, device, host, shard, policies)
 
     rep = recommend(args.config)
     print(describe(rep))
@@ -145,7 +150,8 @@ def _plan_sharding(args: argparse.Namespace) -> int:
     per_node = args.ranks_per_node or cfg.parallel.ranks_per_node or min(args.ranks, 8)
     if args.ranks < 1 or args.ranks % per_node:
         raise ConfigError(f"--ranks {args.ranks}: not a whole number of nodes of {per_node} ranks")
-    reader = model_inputs(cfg).train
+    inputs = model_inputs(cfg)
+    cfg, reader = inputs.cfg, inputs.train
     tasks = reader.tasks()
     probe = [reader.build(t) for t in itertools.islice(tasks, args.steps or 50)]
     if hasattr(tasks, "close"):

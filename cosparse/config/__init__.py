@@ -9,7 +9,14 @@ files.
 """
 
 from cosparse.config.convert import from_dict
-from cosparse.config.data import DataConfig, EventsConfig, SequenceSyntheticConfig, SyntheticConfig
+from cosparse.config.data import (
+    ColumnsConfig,
+    CsvConfig,
+    DataConfig,
+    EventsConfig,
+    SequenceSyntheticConfig,
+    SyntheticConfig,
+)
 from cosparse.config.errors import ConfigError
 from cosparse.config.load import config_from_mapping, load_config, read_config_mapping
 from cosparse.config.mapping import set_dotted
@@ -31,6 +38,8 @@ __all__ = [
     "Config",
     "ConfigError",
     "DINConfig",
+    "ColumnsConfig",
+    "CsvConfig",
     "DataConfig",
     "DenseOptimizerConfig",
     "EventsConfig",

@@ -95,6 +95,8 @@ BOUNDS: dict[str, Bound] = {
     "data.events.synthetic.seed": SEED,
     "data.events.synthetic.num_batches": AT_LEAST_1,
     "data.events.synthetic.eval_batches": AT_LEAST_1,
+    "data.csv.infer_rows": AT_LEAST_1,
+    "data.columns.hash_seed": SEED,
     # tables
     "tables[*].dim": WIDTH,
     "tables[*].seed": SEED,

@@ -56,9 +56,40 @@ class EventsConfig:
 
 
 @dataclass
+class CsvConfig:
+    """How ``reader: csv`` splits its lines: ``delimiter`` None picks a tab for ``.tsv`` /
+    ``.tsv.gz`` files and a comma otherwise; ``header`` false names the columns f0, f1, ..."""
+
+    delimiter: str | None = None
+    header: bool = True
+    null_values: list[str] = field(default_factory=lambda: ["", "NULL", "null", "NA", "\\N"])
+    quote: str | None = '"'  # None: quotes are plain characters
+    list_separator: str = "|"  # between the elements of a list<...> column
+    infer_rows: int = 1000  # rows of the first file that the column types are inferred from
+
+
+ColumnType = Literal["int64", "uint64", "float32", "string", "list<int64>", "list<string>"]
+
+
+@dataclass
+class ColumnsConfig:
+    """Columns to model inputs without a feature spec (``reader: csv``, and ``parquet`` when set):
+    the label, dense columns (float, missing = 0), sparse columns (each value hashed, seeded by
+    ``hash_seed`` and the column's name, to a 63-bit ID; ``auto``: every column not named
+    elsewhere), sequence columns (lists, each element hashed) and columns never read."""
+
+    label: str = "label"
+    dense: list[str] = field(default_factory=list)
+    sparse: list[str] | Literal["auto"] = "auto"
+    sequence: list[str] = field(default_factory=list)
+    drop: list[str] = field(default_factory=list)
+    hash_seed: int = 0
+
+
+@dataclass
 class DataConfig:
     reader: Literal["synthetic", "criteo_tsv", "parquet", "taobao_events",
-                    "synthetic_sequences"] = "synthetic"
+                    "synthetic_sequences", "csv"] = "synthetic"
     path: str | None = None
     batch_size: int = 4096
     workers: int = 0
@@ -70,6 +101,11 @@ class DataConfig:
     eval_batch_size: int | None = None
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
+    csv: CsvConfig = field(default_factory=CsvConfig)
+    schema: dict[str, ColumnType] = field(default_factory=dict)  # column types over inferred ones
+    # the columns' roles without a feature spec: needed by parquet files of other columns than
+    # Criteo's; csv reads every column not named elsewhere as sparse when it is not given
+    columns: ColumnsConfig | None = None
 
 
 _BEHAVIOURS = ("pv", "cart", "fav", "buy")
@@ -83,8 +119,38 @@ def validate_data(cfg: Config) -> None:
     s = d.synthetic
     if s.bag_max < s.bag_min:
         raise ConfigError("data.synthetic.bag_min/bag_max: need 0 <= bag_min <= bag_max")
+    _validate_csv(d)
     ev = d.events
     bad = [b for b in ev.positive if b not in _BEHAVIOURS]
     if not ev.positive or bad:
         raise ConfigError(f"data.events.positive: need behaviours among {', '.join(_BEHAVIOURS)}"
                           f" (got {ev.positive})")
+
+
+def _validate_csv(d: DataConfig) -> None:
+    c = d.csv
+    for key, ch in (("delimiter", c.delimiter), ("quote", c.quote),
+                    ("list_separator", c.list_separator)):
+        if ch is not None and (len(ch) != 1 or ch in "\n\r"):
+            raise ConfigError(f"data.csv.{key}: one character other than a newline, got {ch!r}")
+    if c.quote is not None and c.quote in (c.delimiter, c.list_separator):
+        raise ConfigError(f"data.csv.quote: {c.quote!r} is also the delimiter or list separator")
+    if d.schema and d.reader != "csv":
+        raise ConfigError(f"data.schema: types the columns of reader 'csv', not '{d.reader}' "
+                          "(Parquet files carry their own types)")
+    cols = d.columns
+    if cols is None:
+        return
+    if d.reader not in ("csv", "parquet"):
+        raise ConfigError(f"data.columns: maps the columns of readers 'csv' and 'parquet', not "
+                          f"'{d.reader}'")
+    named: dict[str, str] = {cols.label: "label"}
+    roles = [("dense", cols.dense), ("sequence", cols.sequence), ("drop", cols.drop)]
+    if cols.sparse != "auto":
+        roles.insert(1, ("sparse", cols.sparse))
+    for role, names in roles:
+        for n in names:
+            if n in named:
+                raise ConfigError(f"data.columns.{role}: column '{n}' is already "
+                                  f"{'the' if named[n] == 'label' else 'in'} {named[n]}")
+            named[n] = role

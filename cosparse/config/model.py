@@ -86,8 +86,8 @@ def _validate_din(cfg: Config) -> None:
             if f in seen:
                 raise ConfigError(f"{key}: feature '{f}' appears in more than one place")
             seen.add(f)
-        if cfg.features.spec:
-            continue  # the tables' features come from the spec later
+        if cfg.features.spec or any(t.features == "auto" for t in cfg.tables):
+            continue  # the tables' features come from the spec or the data later
         for f in pair:
             if f not in table_of:
                 raise ConfigError(f"{key}: feature '{f}' is not served by any table")

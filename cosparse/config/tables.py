@@ -34,7 +34,8 @@ class InitConfig:
 class TableConfig:
     name: str = ""
     dim: int = 16
-    features: list[str] = field(default_factory=list)
+    # auto: every ID column of data.columns that no other table names (resolved at start-up)
+    features: list[str] | Literal["auto"] = field(default_factory=list)
     pooling: Literal["sum", "mean", "none"] = "sum"  # none: every ID its own row (sequences)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     init: InitConfig = field(default_factory=InitConfig)
@@ -67,6 +68,7 @@ def validate_tables(cfg: Config) -> None:
         raise ConfigError("tables: at least one table is needed")
     seen_tables: set[str] = set()
     seen_features: dict[str, str] = {}
+    autos = 0
     for i, t in enumerate(cfg.tables):
         k = f"tables[{i}]"
         if not t.name:
@@ -76,6 +78,10 @@ def validate_tables(cfg: Config) -> None:
         seen_tables.add(t.name)
         if not t.features and not cfg.features.spec:  # a spec fills them from its consumer
             raise ConfigError(f"{k}.features: table '{t.name}' has no features")
+        if t.features == "auto":
+            _check_auto(cfg, k, autos)
+            autos += 1
+            continue
         for f in t.features:
             if f in seen_features:
                 raise ConfigError(
@@ -85,3 +91,12 @@ def validate_tables(cfg: Config) -> None:
         if t.init.low > t.init.high:
             raise ConfigError(f"{k}.init.low: {t.init.low} is above {k}.init.high "
                               f"({t.init.high})")
+
+
+def _check_auto(cfg: Config, key: str, autos: int) -> None:
+    """``features: auto`` takes the ID columns of data.columns, for one table."""
+    if cfg.features.spec or (cfg.data.reader != "csv" and cfg.data.columns is None):
+        raise ConfigError(f"{key}.features: 'auto' takes the columns of data.columns (reader "
+                          "csv, or parquet with data.columns), without features.spec")
+    if autos:
+        raise ConfigError(f"{key}.features: one table may say 'auto', not two")

@@ -219,19 +219,25 @@ class ParquetRawSource:
     """Any columns of a Parquet file: ints, floats, strings (nullable) and lists of them.
 
     ``label``: the label column (0/1; bad or null is a bad record), or None for zero labels.
-    ``columns``: the columns to read (default: all but the label).
+    ``columns``: the columns to read (default: all but the label and ``exclude``).
     """
 
     def __init__(self, path: str | Path, batch_size: int, split: Split = "train",
                  eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
-                 label: str | None = "label", columns: Sequence[str] | None = None) -> None:
+                 label: str | None = "label", columns: Sequence[str] | None = None,
+                 exclude: Sequence[str] = ()) -> None:
         _check_common(batch_size, on_bad_record)
         self.path = str(path)
         pf = open_parquet(self.path)
         schema = pf.schema_arrow
         if label is not None and label not in schema.names:
             raise DataError(f"{self.path}: Parquet file lacks the label column '{label}'")
-        names = [c for c in schema.names if c != label] if columns is None else list(columns)
+        unknown = [c for c in exclude if c not in schema.names]
+        if unknown:
+            raise DataError(f"{self.path}: data.columns names columns the file lacks: "
+                            f"{', '.join(unknown)} (columns: {', '.join(schema.names)})")
+        names = ([c for c in schema.names if c != label and c not in exclude]
+                 if columns is None else list(columns))
         self.columns: dict[str, ColumnKind] = {}
         for c in names:
             if c not in schema.names:
@@ -265,6 +271,8 @@ class ParquetRawSource:
         firsts: list[tuple[str, np.ndarray]] = []
         if self.label is not None:
             lab = table.column(self.label).combine_chunks()
+            if pa.types.is_dictionary(lab.type):
+                lab = lab.dictionary_decode()
             if not (pa.types.is_integer(lab.type) or pa.types.is_floating(lab.type)
                     or pa.types.is_boolean(lab.type)):
                 raise DataError(f"{task.path}: column {self.label} (label) has unsupported type {lab.type}")

@@ -44,12 +44,26 @@ class RecModel(nn.Module):
         raise NotImplementedError
 
 
+class _Constant(nn.Module):
+    """A learned vector for every sample, whatever its (empty) dense input."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.value = nn.Parameter(torch.zeros(width))
+
+    def forward(self, dense: torch.Tensor) -> torch.Tensor:
+        return self.value.expand(dense.shape[0], -1)
+
+
 class DLRM(RecModel):
     """Bottom MLP on dense features, pairwise dot interaction, top MLP."""
 
     def __init__(self, ec: EmbeddingCollection, num_dense: int, bottom: list[int], top: list[int]):
         super().__init__(ec, num_dense)
-        self.bottom = mlp([num_dense, *bottom], last_activation=True)
+        # no dense features: the bottom "MLP" is a learned vector (an MLP of no inputs is its
+        # last bias, through the activation)
+        self.bottom = (mlp([num_dense, *bottom], last_activation=True) if num_dense
+                       else _Constant(bottom[-1]))
         n = len(self.features) + 1
         self.register_buffer("_tri", torch.triu_indices(n, n, offset=1), persistent=False)
         self.top = mlp([bottom[-1] + n * (n - 1) // 2, *top], last_activation=False)

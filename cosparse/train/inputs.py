@@ -12,7 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cosparse.config import Config, ConfigError, DataConfig
+from cosparse.config import ColumnsConfig, Config, ConfigError, DataConfig
+from cosparse.config.model import validate_model
 from cosparse.data import make_reader
 from cosparse.data.reader import Reader
 from cosparse.data.split import Split
@@ -52,20 +53,27 @@ def load_registry(cfg: Config) -> FeatureSet:
 
 
 def raw_source(data: DataConfig, split: Split) -> RawSource:
-    """The raw columns of ``data`` for the feature platform."""
+    """The raw columns of ``data`` for the feature platform (and ``data.columns``)."""
     from cosparse.features import CriteoRawSource, EventLogRawSource, ParquetRawSource
 
+    cols = data.columns or ColumnsConfig()
     if data.reader == "criteo_tsv":
         return CriteoRawSource(data.path, data.batch_size, split, data.eval_fraction,
                                data.on_bad_record)
+    if data.reader == "csv":
+        from cosparse.features.csv_source import CsvRawSource
+
+        return CsvRawSource(data.path, data.batch_size, split, data.eval_fraction,  # type: ignore[arg-type]
+                            data.on_bad_record, data.csv, dict(data.schema), cols.label,
+                            cols.drop)
     if data.reader == "parquet":
-        return ParquetRawSource(data.path, data.batch_size, split, data.eval_fraction,
-                                data.on_bad_record)
+        return ParquetRawSource(data.path, data.batch_size, split, data.eval_fraction,  # type: ignore[arg-type]
+                                data.on_bad_record, cols.label, exclude=cols.drop)
     if data.reader == "taobao_events":
         return EventLogRawSource(data.path, data.batch_size, split, data.eval_fraction,
                                  data.on_bad_record, data.events)
     raise ConfigError(f"data.reader: the feature platform extracts from the raw columns of "
-                      f"'criteo_tsv', 'parquet' or 'taobao_events', not '{data.reader}'")
+                      f"'criteo_tsv', 'csv', 'parquet' or 'taobao_events', not '{data.reader}'")
 
 
 def consumer_features(cfg: Config, registry: FeatureSet) -> tuple[Config, list[str], list[str]]:
@@ -123,12 +131,34 @@ def featurized_reader(cfg: Config, registry: FeatureSet, sparse: list[str], dens
         raise ConfigError(f"features: {e}") from None
 
 
+def column_inputs(cfg: Config) -> ModelInputs:
+    """The readers of ``data.columns`` (no spec), with ``features: auto`` resolved: such a
+    table takes every ID column no other table names."""
+    from cosparse.features.column_map import ColumnMapReader
+
+    cols = cfg.data.columns or ColumnsConfig()
+    train = ColumnMapReader(raw_source(cfg.data, "train"), cols)
+    claimed = {f for t in cfg.tables if t.features != "auto" for f in t.features}
+    rest = [f for f in train.keys if f not in claimed]
+    tables = [dataclasses.replace(t, features=rest) if t.features == "auto" else t
+              for t in cfg.tables]
+    for i, t in enumerate(tables):
+        if not t.features:
+            raise ConfigError(f"tables[{i}].features: 'auto' finds no ID column that no other "
+                              f"table takes (the data's: {', '.join(train.keys) or 'none'})")
+    cfg = dataclasses.replace(cfg, tables=tables)
+    validate_model(cfg)  # (its feature pairs were not checkable before)
+    return ModelInputs(cfg, train, ColumnMapReader(raw_source(cfg.data, "eval"), cols))
+
+
 def model_inputs(cfg: Config) -> ModelInputs:
     """The readers of a single-model config."""
     if not cfg.features.spec:
         if cfg.features.materialized:
             raise ConfigError("features.materialized: reading materialized features needs "
                               "features.spec (the versions it must match)")
+        if cfg.data.reader == "csv" or cfg.data.columns is not None:
+            return column_inputs(cfg)
         return ModelInputs(cfg, make_reader(cfg.data, "train"), make_reader(cfg.data, "eval"))
     registry = load_registry(cfg)
     cfg, sparse, dense = consumer_features(cfg, registry)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cosparse.config import Config
+from cosparse.data import Reader
 from cosparse.strict_json import dumps_metrics
 from cosparse.tune.cache_sim import DEFAULT_DECAY
 from cosparse.tune.plan import DEFAULT_CAPACITIES, plan_tables, plan_to_json
@@ -24,12 +25,13 @@ def run_plan(
     decay: float = DEFAULT_DECAY,
     progress: bool = True,
     config_path: str | None = None,
+    reader: Reader | None = None,
 ) -> dict[str, Any]:
     """Plan every table of ``cfg`` over ``steps`` batches; prints the tables to stdout and writes
     ``plan.json`` and ``plan.png`` in ``out_dir``. Returns the JSON document."""
     if lookahead < 0:
         raise ValueError("--lookahead: must be >= 0")
-    traces = build_traces(cfg, steps, progress)
+    traces = build_traces(cfg, steps, progress, reader)
     plans = plan_tables(traces, capacities, lookahead=lookahead, decay=decay, progress=progress)
     meta = {"config": config_path, "data": cfg.data.path, "reader": cfg.data.reader,
             "batch_size": cfg.data.batch_size, "steps": steps,

@@ -14,18 +14,19 @@ import numpy as np
 from tqdm import tqdm
 
 from cosparse.config import Config, ConfigError
-from cosparse.data import BatchStream, make_reader
+from cosparse.data import BatchStream, Reader, make_reader
 from cosparse.store.dedup import Deduper
 from cosparse.store.hashmap import IdMap
 from cosparse.tune.types import Trace
 
 
-def build_traces(cfg: Config, steps: int, progress: bool = True) -> list[Trace]:
+def build_traces(cfg: Config, steps: int, progress: bool = True,
+                 reader: Reader | None = None) -> list[Trace]:
     """One Trace per ``cfg.tables`` entry over the first ``steps`` batches of the train split
-    (fewer when the data ends first)."""
+    (fewer when the data ends first); ``reader``: the run's own (default: ``data.reader``'s)."""
     if steps <= 0:
         raise ConfigError("--steps: must be positive")
-    reader = make_reader(cfg.data, "train")
+    reader = reader or make_reader(cfg.data, "train")
     for i, t in enumerate(cfg.tables):
         for f in t.features:
             if f not in reader.keys:

@@ -1,0 +1,276 @@
+"""``reader: csv``: CSV or TSV files, plain or gzip (one file, a directory or a glob), as a raw
+source of typed columns.
+
+- The column names come from the first file's header (every file's header must match it), or
+  are f0, f1, ... without one. The types are inferred from the first ``data.csv.infer_rows``
+  rows by Arrow's CSV reader (``csv_columns.infer``), and ``data.schema`` overrides them.
+- The main process cuts the files into tasks of ``batch_size`` raw lines (no parsing; a batch
+  may span two files); ``build_raw`` parses one task with Arrow's CSV reader, every needed
+  column as text, and converts it (``csv_columns``), so a bad cell is one bad record, named by
+  ``file:line`` and its column, or dropped and counted with ``on_bad_record: skip``. Columns
+  neither the label nor needed are not converted.
+- A quoted value may not hold a newline: tasks are cut at newlines (as for Criteo's TSV).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from cosparse.config import CsvConfig
+from cosparse.data.errors import DataError, empty_split_message
+from cosparse.data.lines import count_lines, line_chunks
+from cosparse.data.split import Split, num_batches, split_range
+from cosparse.features import csv_columns as CC
+from cosparse.features.types import Column, ColumnKind, RawBatch
+
+OnBadRecord = Literal["fail", "skip"]
+
+
+def resolve_files(path: str) -> list[str]:
+    """The files of ``path``: itself, a directory's files (sorted, hidden ones left out), or
+    a glob's matches (sorted). None is a DataError naming the path."""
+    p = Path(path)
+    if p.is_file():
+        return [str(p)]
+    if p.is_dir():
+        files = sorted(str(f) for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+    else:
+        files = sorted(f for f in glob.glob(path) if Path(f).is_file())
+    if not files:
+        raise DataError(f"{path}: no data file there (a file, a directory of files or a glob)")
+    return files
+
+
+def _first_lines(path: str, n: int) -> bytes:
+    for _, _, data in line_chunks(path, 1, n, n):
+        return data
+    return b""
+
+
+@dataclass(frozen=True)
+class CsvPart:
+    """Raw bytes of ``num_lines`` lines of one file, from 1-based line ``first_line``."""
+
+    path: str
+    first_line: int
+    num_lines: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class CsvTask:
+    """One batch: its lines, in one file or across two or more."""
+
+    parts: tuple[CsvPart, ...]
+    index: int
+
+
+class CsvRawSource:
+    """The columns of CSV files (see the module docstring). ``label``: the label column, or
+    None (zero labels); ``exclude``: columns never converted (``data.columns.drop``)."""
+
+    def __init__(self, path: str | Path, batch_size: int, split: Split = "train",
+                 eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
+                 csv: CsvConfig | None = None, schema: dict[str, str] | None = None,
+                 label: str | None = "label", exclude: Sequence[str] = ()) -> None:
+        if batch_size <= 0:
+            raise ValueError("batch_size must be positive")
+        self.path = str(path)
+        self.csv = csv = csv or CsvConfig()
+        self.files = resolve_files(self.path)
+        self.delimiter = csv.delimiter or (
+            "\t" if self.files[0].endswith((".tsv", ".tsv.gz", ".tab")) else ",")
+        self.header_lines = 1 if csv.header else 0
+        self.names = self._names()
+        self.types = self._types(schema or {})
+        if label is not None and label not in self.names:
+            raise DataError(f"{self.files[0]}: no label column '{label}' (columns: "
+                            f"{', '.join(self.names)}; set data.columns.label)")
+        unknown = [c for c in exclude if c not in self.names]
+        if unknown:
+            raise DataError(f"{self.files[0]}: data.columns names columns the file lacks: "
+                            f"{', '.join(unknown)} (columns: {', '.join(self.names)})")
+        self.label = label
+        self.columns: dict[str, ColumnKind] = {
+            c: CC.KIND_OF[self.types[c]] for c in self.names if c != label and c not in exclude}
+        self.batch_size = batch_size
+        self.split: Split = split
+        self.eval_fraction = eval_fraction
+        self.on_bad_record: OnBadRecord = on_bad_record
+        rows = [max(count_lines(f) - self.header_lines, 0) for f in self.files]
+        self.file_rows = rows
+        total = sum(rows)
+        self.row_start, self.num_rows = split_range(total, eval_fraction, split)
+        if split == "train" and self.num_rows == 0:
+            raise DataError(empty_split_message(self.path, total, "rows", eval_fraction))
+
+    # --- the layout, read once in the main process ------------------------------------------
+    def _read(self, data: bytes, names: list[str] | None, types: dict[str, Any] | None = None,
+              handler: Any = None, include: Sequence[str] | None = None) -> pa.Table:
+        c = self.csv
+        return pacsv.read_csv(
+            io.BytesIO(data),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
+                                           autogenerate_column_names=names is None
+                                           and not c.header),
+            parse_options=pacsv.ParseOptions(delimiter=self.delimiter,
+                                             quote_char=c.quote if c.quote else False,
+                                             ignore_empty_lines=False,
+                                             invalid_row_handler=handler),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types, include_columns=include, null_values=list(c.null_values),
+                strings_can_be_null=True, quoted_strings_can_be_null=True,
+                timestamp_parsers=[]))
+
+    def _names(self) -> list[str]:
+        if not self.csv.header:
+            first = self._read(_first_lines(self.files[0], 1), None)
+            return [f"f{i}" for i in range(first.num_columns)]
+        headers = [_first_lines(f, 1) for f in self.files]
+        for f, h in zip(self.files[1:], headers[1:], strict=True):
+            if h.rstrip(b"\r\n") != headers[0].rstrip(b"\r\n"):
+                raise DataError(f"{f}: its header differs from {self.files[0]}'s")
+        names = self._read(headers[0] + b"\n" if headers[0] else b"", None).column_names
+        if not names:
+            raise DataError(f"{self.files[0]}: no header line")
+        if len(set(names)) != len(names):
+            raise DataError(f"{self.files[0]}: a column name appears twice in the header")
+        return names
+
+    def _types(self, schema: dict[str, str]) -> dict[str, str]:
+        unknown = [c for c in schema if c not in self.names]
+        if unknown:
+            raise DataError(f"{self.files[0]}: data.schema names columns the file lacks: "
+                            f"{', '.join(unknown)} (columns: {', '.join(self.names)})")
+        sample = _first_lines(self.files[0], self.csv.infer_rows + self.header_lines)
+        if self.header_lines:
+            sample = sample.split(b"\n", 1)[1] if b"\n" in sample else b""
+        inferred: dict[str, str] = {}
+        if sample.strip():
+            try:
+                table = self._read(sample, self.names, handler=lambda row: "skip")
+            except pa.ArrowInvalid as e:
+                raise DataError(f"{self.files[0]}: cannot infer the column types ({e}); "
+                                "set data.schema") from e
+            text = self._read(sample, self.names, {c: pa.large_string() for c in self.names},
+                              handler=lambda row: "skip")
+            inferred = {c: CC.infer(table.schema.field(c).type, text.column(c).combine_chunks())
+                        for c in self.names}
+        return {c: schema.get(c) or inferred.get(c, "string") for c in self.names}
+
+    # --- tasks ---------------------------------------------------------------------------------
+    @property
+    def num_batches(self) -> int:
+        return num_batches(self.num_rows, self.batch_size)
+
+    def _pieces(self, lo: int, hi: int) -> Iterator[CsvPart]:
+        """Parts covering global rows [lo, hi), cut at every batch boundary counted from lo."""
+        bs, off = self.batch_size, 0
+        for f, n in zip(self.files, self.file_rows, strict=True):
+            a, b = max(lo, off), min(hi, off + n)
+            if a < b:
+                line = a - off + 1 + self.header_lines
+                head = min(b - a, bs - (a - lo) % bs)
+                yield from (CsvPart(f, ln, k, d) for ln, k, d in line_chunks(f, line, head, head))
+                if b - a > head:
+                    yield from (CsvPart(f, ln, k, d)
+                                for ln, k, d in line_chunks(f, line + head, b - a - head, bs))
+            off += n
+
+    def tasks(self, start_batch: int = 0) -> Iterator[CsvTask]:
+        if start_batch < 0:
+            raise ValueError("start_batch must be >= 0")
+        lo = self.row_start + start_batch * self.batch_size
+        parts: list[CsvPart] = []
+        rows, index = 0, start_batch
+        for part in self._pieces(lo, self.row_start + self.num_rows):
+            parts.append(part)
+            rows += part.num_lines
+            if rows >= self.batch_size:
+                yield CsvTask(tuple(parts), index)
+                parts, rows, index = [], 0, index + 1
+        if parts:
+            yield CsvTask(tuple(parts), index)
+
+    # --- building ------------------------------------------------------------------------------
+    def _parse(self, part: CsvPart, include: list[str]) -> tuple[pa.Table, np.ndarray]:
+        """(text table, file line of each row) of one part; rows of the wrong width are
+        skipped and counted, or a DataError naming the line."""
+        wrong: list[tuple[int, int]] = []
+
+        def handler(row: Any) -> str:
+            wrong.append((int(row.number), int(row.actual_columns)))
+            return "skip" if self.on_bad_record == "skip" else "error"
+
+        types = {c: pa.large_string() for c in include}
+        try:
+            table = self._read(part.data, self.names, types, handler, include)
+        except pa.ArrowInvalid as e:
+            if wrong:
+                number, got = wrong[0]
+                raise DataError(f"{part.path}:{part.first_line + number - 1}: wrong column "
+                                f"count: expected {len(self.names)} got {got}") from None
+            raise DataError(f"{part.path}: lines {part.first_line}.."
+                            f"{part.first_line + part.num_lines - 1}: cannot parse ({e})") from e
+        lines = np.arange(part.first_line, part.first_line + part.num_lines, dtype=np.int64)
+        if wrong:
+            lines = np.delete(lines, [n - 1 for n, _ in wrong])
+        return table, lines
+
+    def build_raw(self, task: CsvTask, columns: Sequence[str] | None = None) -> RawBatch:
+        """The RawBatch of one task (``columns``: only these, default all of ``self.columns``)."""
+        names = list(self.columns) if columns is None else list(columns)
+        include = names + ([self.label] if self.label is not None else [])
+        tables, lines, files = [], [], []
+        for i, part in enumerate(task.parts):
+            t, ln = self._parse(part, include)
+            tables.append(t)
+            lines.append(ln)
+            files.append(np.full(len(ln), i, np.int64))
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        line_of, file_of = np.concatenate(lines), np.concatenate(files)
+        skipped = sum(p.num_lines for p in task.parts) - table.num_rows
+        n = table.num_rows
+        firsts: list[tuple[str, np.ndarray]] = []
+        if self.label is not None:
+            labels, bad = CC.labels(table.column(self.label).combine_chunks())
+            firsts.append((self.label, bad))
+        else:
+            labels = np.zeros(n, np.float32)
+        cols: dict[str, Column] = {}
+        for c in names:
+            cols[c], bad = CC.convert(table.column(c).combine_chunks(), self.types[c],
+                                      self.csv.list_separator)
+            firsts.append((c, bad))
+        bad_any = np.zeros(n, np.bool_)
+        for _, b in firsts:
+            bad_any |= b
+        n_bad = int(bad_any.sum())
+        if n_bad and self.on_bad_record == "fail":
+            r = int(np.flatnonzero(bad_any)[0])
+            col = next(c for c, b in firsts if b[r])
+            where = f"{task.parts[int(file_of[r])].path}:{int(line_of[r])}"
+            raise DataError(f"{where}: {self._what(col)} {table.column(col)[r].as_py()!r}")
+        if n_bad:
+            keep = ~bad_any
+            labels = labels[keep]
+            cols = {c: col.filter(keep) for c, col in cols.items()}
+        source = task.parts[0].path if task.parts else self.path
+        return RawBatch(cols, labels, task.index, n_bad + skipped, f"{source}: ")
+
+    def _what(self, col: str) -> str:
+        if col == self.label:
+            return f"bad label in column {col} (expected 0 or 1):"
+        t = self.types[col]
+        hint = (f" (set data.schema: {{{col}: uint64}} or string)" if t == "int64"
+                else f" (set data.schema: {{{col}: string}})" if t != "string" else "")
+        return f"column {col} is {t}{hint}, got"
