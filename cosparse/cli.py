@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from cosparse.config import ConfigError, config_from_mapping, load_config
+from cosparse.config import ColumnsConfig, ConfigError, config_from_mapping, load_config
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -376,6 +377,44 @@ def _add_spec_and_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on-bad-record", choices=["fail", "skip"], default="fail")
 
 
+def _data_describe(args: argparse.Namespace) -> int:
+    """``cosparse data describe``: see ``cosparse.features.describe``."""
+    from cosparse.features.csv_columns import NAME_OF_KIND
+    from cosparse.features.describe import run_describe
+    from cosparse.train.inputs import raw_source
+
+    if args.config:
+        data = load_config(args.config, {"data.path": args.path}).data
+        label = data.columns.label if data.columns else "label"
+    else:
+        from cosparse.config import DataConfig
+
+        parquet = args.path.endswith((".parquet", ".pq"))
+        data = DataConfig(reader="parquet" if parquet else "csv", path=args.path)
+        label = None
+    data = dataclasses.replace(data, batch_size=args.batch_size, eval_fraction=0.0,
+                               columns=dataclasses.replace(
+                                   data.columns or ColumnsConfig(), label=None, drop=[]))
+    source = raw_source(data, "train")
+    types = getattr(source, "types", {c: NAME_OF_KIND[k] for c, k in source.columns.items()})
+    print(run_describe(source, types, args.path, label, args.rows, not args.no_progress))
+    return 0
+
+
+def _add_data(sub: argparse._SubParsersAction) -> None:
+    dp = sub.add_parser("data", help="look at a data file before writing a config")
+    dps = dp.add_subparsers(dest="data_command", required=True)
+    d = dps.add_parser("describe", help="each column's type, distinct values, nulls and range, "
+                                        "the label's balance and a data.columns block")
+    d.add_argument("path", help="a CSV/TSV file (plain or .gz), a directory, a glob, or Parquet")
+    d.add_argument("--config", default=None, help="read it as this config's data section does "
+                                                  "(reader, csv options, schema, label)")
+    d.add_argument("--rows", type=int, default=None, help="only the first N rows (default: all)")
+    d.add_argument("--batch-size", type=int, default=65536, help="rows read at a time")
+    d.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    d.set_defaults(func=_data_describe)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cosparse", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -448,6 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune(sub)
     _add_ps(sub)
     _add_features(sub)
+    _add_data(sub)
     return p
 
 

@@ -227,3 +227,33 @@ def test_avazu_trains_dlrm_from_config_alone(avazu):
     finally:
         t.close()
     assert metrics["auc"] > 0.65, metrics
+
+
+SPARROW = Path(__file__).resolve().parents[2] / \
+    "shared/data/movielens-sparrow-ctr-samples/testSamples.csv"
+
+
+def test_a_csv_ctr_log_trains_dlrm_as_well_as_logistic_regression():
+    """configs/movielens_ctr_dlrm.yaml (string genres, a unix timestamp through datetime, no
+    conversion script): DLRM's eval AUC is at least logistic regression's on the same hashed
+    features and split, less one standard error, and both rank well above chance."""
+    if not SPARROW.is_file():
+        pytest.skip(f"{SPARROW} not present")
+    from cosparse.config import load_config
+    from cosparse.train.baseline import logistic_regression
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/movielens_ctr_dlrm.yaml",
+                      {"data.path": str(SPARROW), "train.progress": False})
+    inputs = model_inputs(cfg)
+    assert {"timestamp_hour_of_day", "timestamp_day_of_week", "timestamp_month"} <= \
+        set(inputs.train.keys) and "timestamp" not in inputs.train.keys
+    lr = logistic_regression(inputs.train, inputs.eval, epochs=3, lr=0.05)
+    t = Trainer(cfg, log=lambda m: None)
+    try:
+        t.run(evaluate=False)
+        dlrm = t.evaluate()
+    finally:
+        t.close()
+    print(f"DLRM auc {dlrm['auc']:.4f}, logistic regression {lr.auc:.4f} +- {lr.auc_se:.4f}")
+    assert lr.auc > 0.65 and lr.eval_samples == dlrm["eval_samples"] == 4488
+    assert dlrm["auc"] >= lr.auc - lr.auc_se

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -71,6 +72,21 @@ class CsvConfig:
 ColumnType = Literal["int64", "uint64", "float32", "string", "list<int64>", "list<string>"]
 
 
+TimeField = Literal["hour_of_day", "day_of_week", "day_of_month", "month", "days_since"]
+
+
+@dataclass
+class DatetimeColumn:
+    """Calendar fields of one time column (the feature platform's ``datetime`` transform):
+    ``format`` is a strptime format, ``unix_s``, ``unix_ms`` or ``iso8601``; each field of
+    ``emit`` becomes the sparse feature ``<column>_<field>``; ``days_since`` counts from
+    ``since`` (YYYY-MM-DD)."""
+
+    format: str = "unix_s"
+    emit: list[TimeField] = field(default_factory=lambda: ["hour_of_day", "day_of_week"])
+    since: str | None = None
+
+
 @dataclass
 class ColumnsConfig:
     """Columns to model inputs without a feature spec (``reader: csv``, and ``parquet`` when set):
@@ -84,6 +100,9 @@ class ColumnsConfig:
     sequence: list[str] = field(default_factory=list)
     drop: list[str] = field(default_factory=list)
     hash_seed: int = 0
+    # time columns to calendar features (a column named here is not a sparse feature itself
+    # unless data.columns.sparse lists it)
+    datetime: dict[str, DatetimeColumn] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,6 +163,18 @@ def _validate_csv(d: DataConfig) -> None:
     if d.reader not in ("csv", "parquet"):
         raise ConfigError(f"data.columns: maps the columns of readers 'csv' and 'parquet', not "
                           f"'{d.reader}'")
+    for col, dt in cols.datetime.items():
+        key = f"data.columns.datetime.{col}"
+        if not dt.emit:
+            raise ConfigError(f"{key}.emit: name one field or more")
+        if "days_since" in dt.emit:
+            try:
+                datetime.date.fromisoformat(str(dt.since))
+            except ValueError:
+                raise ConfigError(f"{key}.since: days_since counts from a YYYY-MM-DD date, got "
+                                  f"{dt.since!r}") from None
+        if col == cols.label or col in cols.drop:
+            raise ConfigError(f"{key}: column '{col}' is the label or dropped")
     named: dict[str, str] = {cols.label: "label"}
     roles = [("dense", cols.dense), ("sequence", cols.sequence), ("drop", cols.drop)]
     if cols.sparse != "auto":

@@ -5,9 +5,10 @@ missing), sequence and list columns hashed element by element (one bag per row).
 Each column's IDs are seeded by ``data.columns.hash_seed`` and the column's name, so two
 columns sharing a table do not share rows for one value. ``sparse: auto`` takes every column
 not named elsewhere: ints, strings and lists hashed, floats (which hashing would scatter)
-dense. The hashing is the feature platform's ``hash`` transform's kernels, so a spec with
-``hash: {seed: S}`` on a column computes the same IDs for the seed this module derives
-(``column_seed``).
+dense. ``datetime`` columns give calendar fields (the platform's ``datetime`` transform),
+each its own sparse feature ``<column>_<field>``. The hashing is the feature platform's
+``hash`` transform's kernels, so a spec with ``hash: {seed: S}`` on a column computes the same
+IDs for the seed this module derives (``column_seed``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import torch
 
 from cosparse.batch import SparseBatch
 from cosparse.config import ColumnsConfig, ConfigError
+from cosparse.data.errors import DataError
 from cosparse.features import kernels as K
 from cosparse.features.sources import RawSource
+from cosparse.features.transforms.time import DATETIME
 from cosparse.features.types import FLOAT, INT, LIST_KINDS, STRING_KINDS, Column
 
 
@@ -50,9 +53,16 @@ def column_roles(kinds: dict[str, str], cols: ColumnsConfig) -> tuple[list[str],
             if role == "sparse" and kind in (FLOAT, "list_float"):
                 raise ConfigError(f"data.columns.sparse: column '{n}' holds floats, which "
                                   "hashing would scatter (list it as dense)")
+    for n in cols.datetime:
+        if n not in kinds:
+            raise ConfigError(f"data.columns.datetime: no column '{n}' in the data (columns: "
+                              f"{', '.join(kinds)})")
+        if kinds[n] not in (INT, "string"):
+            raise ConfigError(f"data.columns.datetime.{n}: column '{n}' holds {kinds[n]} "
+                              "values, not times (int or string)")
     dense = list(cols.dense)
     if cols.sparse == "auto":
-        named = set(cols.dense) | set(cols.sequence)
+        named = set(cols.dense) | set(cols.sequence) | set(cols.datetime)
         rest = [c for c in kinds if c not in named]
         sparse = [c for c in rest if kinds[c] != FLOAT]
         dense += [c for c in rest if kinds[c] == FLOAT]
@@ -85,9 +95,16 @@ class ColumnMapReader:
 
     def __init__(self, source: RawSource, cols: ColumnsConfig) -> None:
         self.source = source
-        self.keys, self.dense_keys = column_roles(dict(source.columns), cols)
+        self.id_columns, self.dense_keys = column_roles(dict(source.columns), cols)
+        # (feature, time column, its format, field, since) of data.columns.datetime
+        self.times = [(f"{c}_{f}", c, dt.format, f, dt.since) for c, dt in cols.datetime.items()
+                      for f in dt.emit]
+        n_sparse = len(self.id_columns) - len(cols.sequence)
+        self.keys = (self.id_columns[:n_sparse] + [t[0] for t in self.times]
+                     + self.id_columns[n_sparse:])
         self.num_dense: int = len(self.dense_keys)
         self.seeds = {c: column_seed(cols.hash_seed, c) for c in self.keys}
+        self.read = list(dict.fromkeys(self.id_columns + self.dense_keys + list(cols.datetime)))
 
     @property
     def num_batches(self) -> int:
@@ -97,11 +114,18 @@ class ColumnMapReader:
         return self.source.tasks(start_batch)
 
     def build(self, task: Any) -> SparseBatch:
-        raw = self.source.build_raw(task, self.keys + self.dense_keys)  # type: ignore[call-arg]
+        raw = self.source.build_raw(task, self.read)  # type: ignore[call-arg]
         n = raw.num_rows
+        cols = dict(raw.columns)
+        for key, col, fmt, emit, since in self.times:
+            try:
+                cols[key] = DATETIME.apply({"format": fmt, "emit": emit, "since": since},
+                                           [raw.columns[col]], None)
+            except DataError as e:
+                raise DataError(f"{raw.source}data.columns.datetime.{col}: {e}") from None
         values, lengths = [], []
         for c in self.keys:
-            ids, lens = column_ids(raw.columns[c], self.seeds[c])
+            ids, lens = column_ids(cols[c], self.seeds[c])
             values.append(ids)
             lengths.append(lens)
         dense = (np.stack([_dense(raw.columns[c]) for c in self.dense_keys], axis=1)

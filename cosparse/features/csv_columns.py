@@ -27,6 +27,9 @@ from cosparse.features.types import (
 KIND_OF: dict[str, ColumnKind] = {"int64": INT, "uint64": INT, "float32": FLOAT,
                                   "string": STRING, "list<int64>": LIST_INT,
                                   "list<string>": LIST_STRING}
+NAME_OF_KIND: dict[ColumnKind, str] = {INT: "int64", FLOAT: "float32", STRING: "string",
+                                       LIST_INT: "list<int64>", LIST_STRING: "list<string>",
+                                       "list_float": "list<float32>"}
 _INT = r"^[+-]?[0-9]+$"
 _UINT = r"^\+?[0-9]+$"
 _FLOAT = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
