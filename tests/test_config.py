@@ -143,7 +143,7 @@ def _populated():
     import dataclasses
     import typing
 
-    from cosparse.config import ColumnsConfig, ModelEntry, TableConfig
+    from cosparse.config import ColumnsConfig, ModelEntry, SplitConfig, TableConfig
 
     def fill(obj):
         hints = typing.get_type_hints(type(obj))
@@ -163,7 +163,8 @@ def _populated():
 
     cfg = config_from_mapping(BASE)
     cfg.models = [ModelEntry(name="m", model=cfg.model, tables=[TableConfig(name="x")])]
-    cfg.data.columns = ColumnsConfig()  # (an optional section)
+    cfg.data.columns = ColumnsConfig()  # (optional sections)
+    cfg.data.split = SplitConfig()
     fill(cfg)
     assert cfg.store.device.rows == 1 and cfg.train.threads == 1
     return cfg

@@ -15,6 +15,7 @@ from cosparse.config.data import (
     DataConfig,
     EventsConfig,
     SequenceSyntheticConfig,
+    SplitConfig,
     SyntheticConfig,
 )
 from cosparse.config.errors import ConfigError
@@ -53,6 +54,7 @@ __all__ = [
     "ParallelConfig",
     "RemoteConfig",
     "SequenceSyntheticConfig",
+    "SplitConfig",
     "ShardingKind",
     "StoreConfig",
     "SupplyConfig",

@@ -97,6 +97,9 @@ BOUNDS: dict[str, Bound] = {
     "data.events.synthetic.eval_batches": AT_LEAST_1,
     "data.csv.infer_rows": AT_LEAST_1,
     "data.columns.hash_seed": SEED,
+    "data.split.eval_fraction": FRACTION,
+    "data.split.seed": SEED,
+    "data.split.at": Bound(-10**18, 10**18),  # (unix milliseconds reach 1e13)
     # tables
     "tables[*].dim": WIDTH,
     "tables[*].seed": SEED,

@@ -106,6 +106,19 @@ class ColumnsConfig:
 
 
 @dataclass
+class SplitConfig:
+    """Which rows evaluate (``cosparse.features.row_split`` says how each ``by`` decides)."""
+
+    by: Literal["position", "column", "time", "hash", "last_per_user"] = "position"
+    eval_fraction: float | None = None  # position, time (without at), hash; None: data's
+    column: str | None = None  # column: the eval flag; time, last_per_user: the time column
+    at: int | float | str | None = None  # time: the first eval time (a number, or text in format)
+    key: str | None = None  # hash, last_per_user: the user (or other) column
+    seed: int = 0  # hash
+    format: str | None = None  # the time column's datetime format (text columns: iso8601)
+
+
+@dataclass
 class DataConfig:
     reader: Literal["synthetic", "criteo_tsv", "parquet", "taobao_events",
                     "synthetic_sequences", "csv"] = "synthetic"
@@ -125,6 +138,10 @@ class DataConfig:
     # the columns' roles without a feature spec: needed by parquet files of other columns than
     # Criteo's; csv reads every column not named elsewhere as sparse when it is not given
     columns: ColumnsConfig | None = None
+    # rows of reader csv or parquet (with data.columns or a spec) to evaluate on; None: the last
+    # data.eval_fraction of them
+    split: SplitConfig | None = None
+    allow_one_class_eval: bool = False  # an eval side of one label: a warning, not an error
 
 
 _BEHAVIOURS = ("pv", "cart", "fav", "buy")
@@ -139,6 +156,7 @@ def validate_data(cfg: Config) -> None:
     if s.bag_max < s.bag_min:
         raise ConfigError("data.synthetic.bag_min/bag_max: need 0 <= bag_min <= bag_max")
     _validate_csv(d)
+    _validate_split(d)
     ev = d.events
     bad = [b for b in ev.positive if b not in _BEHAVIOURS]
     if not ev.positive or bad:
@@ -185,3 +203,26 @@ def _validate_csv(d: DataConfig) -> None:
                 raise ConfigError(f"data.columns.{role}: column '{n}' is already "
                                   f"{'the' if named[n] == 'label' else 'in'} {named[n]}")
             named[n] = role
+
+
+_SPLIT_NEEDS = {"column": ("column",), "time": ("column",), "hash": ("key",),
+                "last_per_user": ("key",)}
+
+
+def _validate_split(d: DataConfig) -> None:
+    s = d.split
+    if s is None:
+        return
+    if d.reader not in ("csv", "parquet") or (d.reader == "parquet" and d.columns is None):
+        raise ConfigError(f"data.split: splits the rows of reader csv, or parquet with "
+                          f"data.columns; reader '{d.reader}' splits by position "
+                          "(data.eval_fraction)")
+    for key in _SPLIT_NEEDS.get(s.by, ()):
+        if not getattr(s, key):
+            raise ConfigError(f"data.split.{key}: by {s.by} needs it")
+    if s.at is not None and s.by != "time":
+        raise ConfigError(f"data.split.at: only by time cuts at a time, not by {s.by}")
+    if s.by == "time" and s.at is not None and s.eval_fraction is not None:
+        raise ConfigError("data.split: by time takes at or eval_fraction, not both")
+    if s.by in ("column", "last_per_user") and s.eval_fraction is not None:
+        raise ConfigError(f"data.split.eval_fraction: by {s.by} decides each row itself")

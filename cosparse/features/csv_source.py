@@ -68,10 +68,12 @@ class CsvPart:
 
 @dataclass(frozen=True)
 class CsvTask:
-    """One batch: its lines, in one file or across two or more."""
+    """One batch: its lines, in one file or across two or more; ``keep``: the rows of a split
+    among them (global row numbers, sorted), or None for all."""
 
     parts: tuple[CsvPart, ...]
     index: int
+    keep: np.ndarray | None = None
 
 
 class CsvRawSource:
@@ -81,7 +83,8 @@ class CsvRawSource:
     def __init__(self, path: str | Path, batch_size: int, split: Split = "train",
                  eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
                  csv: CsvConfig | None = None, schema: dict[str, str] | None = None,
-                 label: str | None = "label", exclude: Sequence[str] = ()) -> None:
+                 label: str | None = "label", exclude: Sequence[str] = (),
+                 rows: np.ndarray | None = None) -> None:
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
         self.path = str(path)
@@ -106,10 +109,16 @@ class CsvRawSource:
         self.split: Split = split
         self.eval_fraction = eval_fraction
         self.on_bad_record: OnBadRecord = on_bad_record
-        rows = [max(count_lines(f) - self.header_lines, 0) for f in self.files]
-        self.file_rows = rows
-        total = sum(rows)
-        self.row_start, self.num_rows = split_range(total, eval_fraction, split)
+        self.file_rows = [max(count_lines(f) - self.header_lines, 0) for f in self.files]
+        self.file_offset = dict(zip(self.files, np.cumsum([0, *self.file_rows[:-1]]).tolist(),
+                                    strict=True))
+        self.total_rows = total = sum(self.file_rows)
+        # the split's rows: a range (the last eval_fraction evaluate), or ``rows`` (data.split)
+        self.rows = None if rows is None else np.asarray(rows, np.int64)
+        if self.rows is None:
+            self.row_start, self.num_rows = split_range(total, eval_fraction, split)
+        else:
+            self.row_start, self.num_rows = 0, len(self.rows)
         if split == "train" and self.num_rows == 0:
             raise DataError(empty_split_message(self.path, total, "rows", eval_fraction))
 
@@ -172,9 +181,10 @@ class CsvRawSource:
     def num_batches(self) -> int:
         return num_batches(self.num_rows, self.batch_size)
 
-    def _pieces(self, lo: int, hi: int) -> Iterator[CsvPart]:
-        """Parts covering global rows [lo, hi), cut at every batch boundary counted from lo."""
-        bs, off = self.batch_size, 0
+    def _pieces(self, lo: int, hi: int, bs: int | None = None) -> Iterator[CsvPart]:
+        """Parts covering global rows [lo, hi), cut at every ``bs`` (default: batch) boundary
+        counted from lo, and where a file ends."""
+        bs, off = bs or self.batch_size, 0
         for f, n in zip(self.files, self.file_rows, strict=True):
             a, b = max(lo, off), min(hi, off + n)
             if a < b:
@@ -189,6 +199,9 @@ class CsvRawSource:
     def tasks(self, start_batch: int = 0) -> Iterator[CsvTask]:
         if start_batch < 0:
             raise ValueError("start_batch must be >= 0")
+        if self.rows is not None:
+            yield from self._selected_tasks(start_batch)
+            return
         lo = self.row_start + start_batch * self.batch_size
         parts: list[CsvPart] = []
         rows, index = 0, start_batch
@@ -200,6 +213,40 @@ class CsvRawSource:
                 parts, rows, index = [], 0, index + 1
         if parts:
             yield CsvTask(tuple(parts), index)
+
+    def _selected_tasks(self, start_batch: int) -> Iterator[CsvTask]:
+        """Batches of ``batch_size`` of the split's rows, each the lines from its first row to
+        its last (the rows between, of the other side, are read and left out), cut from one
+        read of the files (the batches' spans ascend)."""
+        assert self.rows is not None
+        bs = self.batch_size
+        keeps = [self.rows[i * bs:(i + 1) * bs] for i in range(start_batch, self.num_batches)]
+        spans = [(int(k[0]), int(k[-1]) + 1) for k in keeps]
+        for i, (keep, parts) in enumerate(zip(keeps, self._span_parts(spans), strict=True)):
+            yield CsvTask(parts, start_batch + i, keep)
+
+    def _span_parts(self, spans: list[tuple[int, int]]) -> Iterator[tuple[CsvPart, ...]]:
+        """The parts of each of ``spans`` (global row ranges, ascending, not overlapping), from
+        one pass over the lines from the first span's start."""
+        if not spans:
+            return
+        pending: list[CsvPart] = []
+        j = 0  # the span being filled
+        for part in self._pieces(spans[0][0], spans[-1][1], 8192):
+            lo = self.file_offset[part.path] + part.first_line - self.header_lines - 1
+            hi = lo + part.num_lines
+            ends = np.flatnonzero(np.frombuffer(part.data, np.uint8) == 10) + 1
+            while j < len(spans) and spans[j][0] < hi:
+                a, b = max(spans[j][0], lo), min(spans[j][1], hi)
+                if a < b:
+                    start = 0 if a == lo else int(ends[a - lo - 1])
+                    stop = len(part.data) if b - lo > len(ends) - 1 else int(ends[b - lo - 1])
+                    pending.append(CsvPart(part.path, part.first_line + a - lo, b - a,
+                                           part.data[start:stop]))
+                if spans[j][1] > hi:
+                    break  # the span goes on in the next part
+                yield tuple(pending)
+                pending, j = [], j + 1
 
     # --- building ------------------------------------------------------------------------------
     def _parse(self, part: CsvPart, include: list[str]) -> tuple[pa.Table, np.ndarray]:
@@ -228,6 +275,11 @@ class CsvRawSource:
 
     def build_raw(self, task: CsvTask, columns: Sequence[str] | None = None) -> RawBatch:
         """The RawBatch of one task (``columns``: only these, default all of ``self.columns``)."""
+        return self.build_rows(task, columns)[0]
+
+    def build_rows(self, task: CsvTask, columns: Sequence[str] | None = None
+                   ) -> tuple[RawBatch, np.ndarray]:
+        """The RawBatch of one task and the global row number of each of its rows."""
         names = list(self.columns) if columns is None else list(columns)
         include = names + ([self.label] if self.label is not None else [])
         tables, lines, files = [], [], []
@@ -238,7 +290,16 @@ class CsvRawSource:
             files.append(np.full(len(ln), i, np.int64))
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         line_of, file_of = np.concatenate(lines), np.concatenate(files)
-        skipped = sum(p.num_lines for p in task.parts) - table.num_rows
+        starts = np.array([self.file_offset[p.path] - self.header_lines - 1 for p in task.parts],
+                          np.int64)
+        row_of = starts[file_of] + line_of if len(line_of) else line_of
+        wanted = sum(p.num_lines for p in task.parts)
+        if task.keep is not None:
+            mine = np.isin(row_of, task.keep)
+            table, line_of, file_of, row_of = (table.filter(pa.array(mine)), line_of[mine],
+                                               file_of[mine], row_of[mine])
+            wanted = len(task.keep)
+        skipped = wanted - table.num_rows
         n = table.num_rows
         firsts: list[tuple[str, np.ndarray]] = []
         if self.label is not None:
@@ -262,10 +323,10 @@ class CsvRawSource:
             raise DataError(f"{where}: {self._what(col)} {table.column(col)[r].as_py()!r}")
         if n_bad:
             keep = ~bad_any
-            labels = labels[keep]
+            labels, row_of = labels[keep], row_of[keep]
             cols = {c: col.filter(keep) for c, col in cols.items()}
         source = task.parts[0].path if task.parts else self.path
-        return RawBatch(cols, labels, task.index, n_bad + skipped, f"{source}: ")
+        return RawBatch(cols, labels, task.index, n_bad + skipped, f"{source}: "), row_of
 
     def _what(self, col: str) -> str:
         if col == self.label:

@@ -106,12 +106,14 @@ class CriteoRawSource:
 # --- Parquet ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RowsTask:
-    """Rows ``row_start .. row_start + num_rows - 1`` (0-based) of a Parquet file."""
+    """Rows ``row_start .. row_start + num_rows - 1`` (0-based) of a Parquet file; ``keep``:
+    the rows of a split among them (sorted), or None for all."""
 
     path: str
     row_start: int
     num_rows: int
     index: int
+    keep: np.ndarray | None = None
 
 
 _FILES: dict[str, tuple[tuple[int, int], pq.ParquetFile]] = {}
@@ -225,7 +227,7 @@ class ParquetRawSource:
     def __init__(self, path: str | Path, batch_size: int, split: Split = "train",
                  eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
                  label: str | None = "label", columns: Sequence[str] | None = None,
-                 exclude: Sequence[str] = ()) -> None:
+                 exclude: Sequence[str] = (), rows: np.ndarray | None = None) -> None:
         _check_common(batch_size, on_bad_record)
         self.path = str(path)
         pf = open_parquet(self.path)
@@ -251,7 +253,14 @@ class ParquetRawSource:
         self.split: Split = split
         self.eval_fraction = eval_fraction
         self.on_bad_record: OnBadRecord = on_bad_record
-        self.row_start, self.num_rows = split_range(pf.metadata.num_rows, eval_fraction, split)
+        self.total_rows = pf.metadata.num_rows
+        self.names: list[str] = list(schema.names)  # every column of the file
+        # the split's rows: a range (the last eval_fraction evaluate), or ``rows`` (data.split)
+        self.rows = None if rows is None else np.asarray(rows, np.int64)
+        if self.rows is None:
+            self.row_start, self.num_rows = split_range(self.total_rows, eval_fraction, split)
+        else:
+            self.row_start, self.num_rows = 0, len(self.rows)
 
     @property
     def num_batches(self) -> int:
@@ -259,13 +268,27 @@ class ParquetRawSource:
 
     def tasks(self, start_batch: int = 0) -> Iterator[RowsTask]:
         for lo, n, i in row_batches(self.num_rows, self.batch_size, start_batch):
-            yield RowsTask(self.path, self.row_start + lo, n, i)
+            if self.rows is None:
+                yield RowsTask(self.path, self.row_start + lo, n, i)
+            else:  # from the batch's first row to its last, the other side's left out
+                keep = self.rows[lo:lo + n]
+                first = int(keep[0])
+                yield RowsTask(self.path, first, int(keep[-1]) + 1 - first, i, keep)
 
     def build_raw(self, task: RowsTask, columns: Sequence[str] | None = None) -> RawBatch:
         """The RawBatch of one task (``columns``: only these, default all of ``self.columns``)."""
+        return self.build_rows(task, columns)[0]
+
+    def build_rows(self, task: RowsTask, columns: Sequence[str] | None = None
+                   ) -> tuple[RawBatch, np.ndarray]:
+        """The RawBatch of one task and the file row of each of its rows."""
         names = list(self.columns) if columns is None else list(columns)
         read = names + ([self.label] if self.label is not None else [])
         table = read_parquet_rows(task.path, read, task.row_start, task.num_rows)
+        row_of = np.arange(task.row_start, task.row_start + table.num_rows, dtype=np.int64)
+        if task.keep is not None:
+            mine = np.isin(row_of, task.keep)
+            table, row_of = table.filter(pa.array(mine)), row_of[mine]
         n = table.num_rows
         bad_any = np.zeros(n, np.bool_)
         firsts: list[tuple[str, np.ndarray]] = []
@@ -295,12 +318,12 @@ class ParquetRawSource:
                 col = next(c for c, b in firsts if b[r])
                 what = "bad label" if col == self.label else "null element in list column"
                 value = table.column(col)[r].as_py()
-                raise DataError(f"{task.path}: row {task.row_start + r} (0-based): {what} {col} "
+                raise DataError(f"{task.path}: row {int(row_of[r])} (0-based): {what} {col} "
                                 f"{value!r}")
             keep = ~bad_any
-            labels = labels[keep]
+            labels, row_of = labels[keep], row_of[keep]
             cols = {c: col.filter(keep) for c, col in cols.items()}
-        return RawBatch(cols, labels, task.index, n_bad, f"{task.path}: ")
+        return RawBatch(cols, labels, task.index, n_bad, f"{task.path}: "), row_of
 
 
 def open_source(

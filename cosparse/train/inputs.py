@@ -9,10 +9,10 @@ columns of ``data`` by the feature platform, or read back from ``features.materi
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from cosparse.config import ColumnsConfig, Config, ConfigError, DataConfig
+from cosparse.config import ColumnsConfig, Config, ConfigError, DataConfig, SplitConfig
 from cosparse.config.model import validate_model
 from cosparse.data import make_reader
 from cosparse.data.reader import Reader
@@ -30,11 +30,13 @@ WORKER_PRELOAD = ("cosparse.features.preload", "cosparse.supply.collaborative.wo
 
 @dataclass
 class ModelInputs:
-    """The config with its tables' features resolved, and the train and eval readers."""
+    """The config with its tables' features resolved, the train and eval readers, and what
+    the run logs of them at start-up."""
 
     cfg: Config
     train: Reader
     eval: Reader
+    notes: list[str] = field(default_factory=list)
 
 
 def load_registry(cfg: Config) -> FeatureSet:
@@ -52,23 +54,56 @@ def load_registry(cfg: Config) -> FeatureSet:
         raise ConfigError(f"features.spec: {cfg.features.spec}: {e}") from None
 
 
-def raw_source(data: DataConfig, split: Split) -> RawSource:
-    """The raw columns of ``data`` for the feature platform (and ``data.columns``)."""
-    from cosparse.features import CriteoRawSource, EventLogRawSource, ParquetRawSource
+def _table_source(data: DataConfig, split: Split, batch_size: int, rows: Any = None
+                  ) -> RawSource:
+    """A csv or parquet source of ``data``'s columns (all rows' when ``rows`` is None)."""
+    from cosparse.features import ParquetRawSource
 
     cols = data.columns or ColumnsConfig()
-    if data.reader == "criteo_tsv":
-        return CriteoRawSource(data.path, data.batch_size, split, data.eval_fraction,
-                               data.on_bad_record)
     if data.reader == "csv":
         from cosparse.features.csv_source import CsvRawSource
 
-        return CsvRawSource(data.path, data.batch_size, split, data.eval_fraction,  # type: ignore[arg-type]
-                            data.on_bad_record, data.csv, dict(data.schema), cols.label,
-                            cols.drop)
-    if data.reader == "parquet":
-        return ParquetRawSource(data.path, data.batch_size, split, data.eval_fraction,  # type: ignore[arg-type]
-                                data.on_bad_record, cols.label, exclude=cols.drop)
+        return CsvRawSource(data.path, batch_size, split, 0.0, data.on_bad_record,  # type: ignore[arg-type]
+                            data.csv, dict(data.schema), cols.label, cols.drop, rows)
+    return ParquetRawSource(data.path, batch_size, split, 0.0, data.on_bad_record,  # type: ignore[arg-type]
+                            cols.label, exclude=cols.drop, rows=rows)
+
+
+# one pass per process over the columns a split needs: (row numbers, eval mask, the line)
+_SPLITS: dict[str, tuple[Any, Any, str]] = {}
+
+
+def split_rows(data: DataConfig, split: Split) -> tuple[Any, str]:
+    """(the rows of ``split``, the start-up line saying both sides' rows and labels) of
+    ``data.split`` (default: the last ``data.eval_fraction`` by position)."""
+    from cosparse.features import row_split
+
+    s = data.split or SplitConfig(eval_fraction=data.eval_fraction)
+    key = repr((data.path, data.reader, data.csv, data.schema, data.columns, s,
+                data.on_bad_record))
+    if key not in _SPLITS:
+        rows, mask, labels, bad = row_split.split_mask(
+            _table_source(data, "train", 1 << 16), s, data.eval_fraction)
+        row_split.check_sides(labels, mask, s, data.allow_one_class_eval)
+        line = row_split.summary(labels, mask, s)
+        if bad:
+            line += f"; {bad:,} bad records on neither side (on_bad_record: skip)"
+        if mask.any() and labels[mask].min() == labels[mask].max():
+            line += "; warning: the eval side has one label only (AUC undefined)"
+        _SPLITS[key] = (rows, mask, line)
+    rows, mask, line = _SPLITS[key]
+    return (rows[mask] if split == "eval" else rows[~mask]), line
+
+
+def raw_source(data: DataConfig, split: Split) -> RawSource:
+    """The raw columns of ``data`` for the feature platform (and ``data.columns``)."""
+    from cosparse.features import CriteoRawSource, EventLogRawSource
+
+    if data.reader == "criteo_tsv":
+        return CriteoRawSource(data.path, data.batch_size, split, data.eval_fraction,
+                               data.on_bad_record)
+    if data.reader in ("csv", "parquet"):
+        return _table_source(data, split, data.batch_size, split_rows(data, split)[0])
     if data.reader == "taobao_events":
         return EventLogRawSource(data.path, data.batch_size, split, data.eval_fraction,
                                  data.on_bad_record, data.events)
@@ -148,7 +183,8 @@ def column_inputs(cfg: Config) -> ModelInputs:
                               f"table takes (the data's: {', '.join(train.keys) or 'none'})")
     cfg = dataclasses.replace(cfg, tables=tables)
     validate_model(cfg)  # (its feature pairs were not checkable before)
-    return ModelInputs(cfg, train, ColumnMapReader(raw_source(cfg.data, "eval"), cols))
+    return ModelInputs(cfg, train, ColumnMapReader(raw_source(cfg.data, "eval"), cols),
+                       [split_rows(cfg.data, "train")[1]])
 
 
 def model_inputs(cfg: Config) -> ModelInputs:
@@ -162,8 +198,10 @@ def model_inputs(cfg: Config) -> ModelInputs:
         return ModelInputs(cfg, make_reader(cfg.data, "train"), make_reader(cfg.data, "eval"))
     registry = load_registry(cfg)
     cfg, sparse, dense = consumer_features(cfg, registry)
+    notes = ([split_rows(cfg.data, "train")[1]]
+             if cfg.data.reader in ("csv", "parquet") and not cfg.features.materialized else [])
     return ModelInputs(cfg, featurized_reader(cfg, registry, sparse, dense, "train"),
-                       featurized_reader(cfg, registry, sparse, dense, "eval"))
+                       featurized_reader(cfg, registry, sparse, dense, "eval"), notes)
 
 
 def check_table_features(cfg: Config, reader: Reader) -> None:

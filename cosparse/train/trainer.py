@@ -106,6 +106,8 @@ class Trainer:
         self.bar_position: int | None = None
         self.train_reader = self.inputs.train
         self.eval_reader = self.inputs.eval
+        for note in self.inputs.notes:
+            self.log(note)
         check_table_features(cfg, self.train_reader)
         self.model = build_model(cfg, self.train_reader.num_dense, self.device)
         self.links = Links.from_config(cfg.network)
