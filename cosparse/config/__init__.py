@@ -15,6 +15,7 @@ from cosparse.config.data import (
     DataConfig,
     EventsConfig,
     SequenceSyntheticConfig,
+    ShuffleConfig,
     SplitConfig,
     SyntheticConfig,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "ParallelConfig",
     "RemoteConfig",
     "SequenceSyntheticConfig",
+    "ShuffleConfig",
     "SplitConfig",
     "ShardingKind",
     "StoreConfig",

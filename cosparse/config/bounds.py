@@ -100,6 +100,8 @@ BOUNDS: dict[str, Bound] = {
     "data.split.eval_fraction": FRACTION,
     "data.split.seed": SEED,
     "data.split.at": Bound(-10**18, 10**18),  # (unix milliseconds reach 1e13)
+    "data.shuffle.buffer": Bound(1, 2**31),
+    "data.shuffle.seed": SEED,
     # tables
     "tables[*].dim": WIDTH,
     "tables[*].seed": SEED,

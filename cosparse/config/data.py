@@ -119,6 +119,15 @@ class SplitConfig:
 
 
 @dataclass
+class ShuffleConfig:
+    """Training rows in a seeded order: permuted within windows of ``buffer`` rows (rounded up
+    to whole batches); ``cosparse.data.shuffle`` says how."""
+
+    buffer: int = 65536
+    seed: int = 0
+
+
+@dataclass
 class DataConfig:
     reader: Literal["synthetic", "criteo_tsv", "parquet", "taobao_events",
                     "synthetic_sequences", "csv"] = "synthetic"
@@ -142,6 +151,7 @@ class DataConfig:
     # data.eval_fraction of them
     split: SplitConfig | None = None
     allow_one_class_eval: bool = False  # an eval side of one label: a warning, not an error
+    shuffle: ShuffleConfig | None = None  # None: training rows in file order
 
 
 _BEHAVIOURS = ("pv", "cart", "fav", "buy")
@@ -157,6 +167,7 @@ def validate_data(cfg: Config) -> None:
         raise ConfigError("data.synthetic.bag_min/bag_max: need 0 <= bag_min <= bag_max")
     _validate_csv(d)
     _validate_split(d)
+    _validate_shuffle(cfg)
     ev = d.events
     bad = [b for b in ev.positive if b not in _BEHAVIOURS]
     if not ev.positive or bad:
@@ -226,3 +237,18 @@ def _validate_split(d: DataConfig) -> None:
         raise ConfigError("data.split: by time takes at or eval_fraction, not both")
     if s.by in ("column", "last_per_user") and s.eval_fraction is not None:
         raise ConfigError(f"data.split.eval_fraction: by {s.by} decides each row itself")
+
+
+def _validate_shuffle(cfg: Config) -> None:
+    d = cfg.data
+    if d.shuffle is None:
+        return
+    if d.reader in ("synthetic", "synthetic_sequences"):
+        raise ConfigError(f"data.shuffle: reader '{d.reader}' draws every row independently "
+                          "already; there is no file order to shuffle")
+    if d.reader == "taobao_events" and d.events.shuffle:
+        raise ConfigError("data.shuffle: data.events.shuffle permutes the whole split already; "
+                          "set data.events.shuffle: false to shuffle within a buffer")
+    if cfg.features.materialized:
+        raise ConfigError("data.shuffle: features.materialized are read back in the order they "
+                          "were written; shuffle when materializing instead")

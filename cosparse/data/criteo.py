@@ -16,10 +16,12 @@ from typing import Literal
 import numpy as np
 
 from cosparse.batch import SparseBatch
+from cosparse.config import ShuffleConfig
 from cosparse.data import kernels as K
 from cosparse.data.columns import CRITEO_KEYS, NUM_DENSE, columns_to_batch
 from cosparse.data.errors import DataError, empty_split_message
-from cosparse.data.lines import count_lines, line_chunks
+from cosparse.data.lines import LineBlock, count_lines, line_chunks
+from cosparse.data.shuffle import shuffled_batches, window_batches
 from cosparse.data.split import Split, num_batches, split_range
 
 OnBadRecord = Literal["fail", "skip"]
@@ -27,13 +29,19 @@ OnBadRecord = Literal["fail", "skip"]
 
 @dataclass(frozen=True)
 class CriteoTask:
-    """Raw bytes of ``num_lines`` consecutive lines starting at 1-based ``first_line``."""
+    """Raw bytes of ``num_lines`` consecutive lines starting at 1-based ``first_line``, or of
+    the lines ``lines`` (1-based, in the order of ``data``) when they are shuffled."""
 
     path: str
     first_line: int
     num_lines: int
     data: bytes
     index: int
+    lines: np.ndarray | None = None
+
+    def line_no(self, i: int) -> int:
+        """The file line of the task's ``i``-th line (0-based)."""
+        return self.first_line + i if self.lines is None else int(self.lines[i])
 
 
 def _column_name(col: int) -> str:
@@ -84,6 +92,7 @@ class CriteoTSVReader:
         split: Split = "train",
         eval_fraction: float = 0.2,
         on_bad_record: OnBadRecord = "fail",
+        shuffle: ShuffleConfig | None = None,
     ) -> None:
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
@@ -96,6 +105,7 @@ class CriteoTSVReader:
         self.split: Split = split
         self.eval_fraction = eval_fraction
         self.on_bad_record: OnBadRecord = on_bad_record
+        self.shuffle = shuffle if split == "train" else None
         self.keys: list[str] = list(CRITEO_KEYS)
         self.num_dense: int = NUM_DENSE
         self._range: tuple[int, int] | None = None
@@ -120,12 +130,33 @@ class CriteoTSVReader:
         if start_batch < 0:
             raise ValueError("start_batch must be >= 0")
         first, count = self.line_range()
+        if self.shuffle is not None:
+            yield from self._shuffled_tasks(first, count, start_batch)
+            return
         skip = start_batch * self.batch_size
         if skip >= count:
             return
         chunks = line_chunks(self.path, first + skip, count - skip, self.batch_size)
         for i, (line_no, n, data) in enumerate(chunks):
             yield CriteoTask(self.path, line_no, n, data, start_batch + i)
+
+    def _shuffled_tasks(self, first: int, count: int, start_batch: int) -> Iterator[CriteoTask]:
+        """The batches of ``data.shuffle``: each window of lines is read once and its lines are
+        dealt out to the window's batches in the window's permuted order."""
+        assert self.shuffle is not None
+        bs = self.batch_size
+        rows = window_batches(self.shuffle.buffer, bs) * bs
+        skip = start_batch // (rows // bs) * rows
+        windows = line_chunks(self.path, first + skip, count - skip, rows)
+        block, block_first, block_lo = LineBlock([]), first, -1
+        for i, take in shuffled_batches(0, count, bs, self.shuffle, start_batch):
+            lo = int(take.min()) // rows * rows
+            if lo != block_lo:  # the next window: read its lines once
+                block_first, _, data = next(windows)
+                block, block_lo = LineBlock([data]), lo
+            sel = take - lo
+            yield CriteoTask(self.path, block_first, len(sel), block.take(sel), i,
+                             block_first + sel)
 
     def build(self, task: CriteoTask) -> SparseBatch:
         """Parse one task into a SparseBatch (pure; safe in a worker process)."""
@@ -139,7 +170,7 @@ class CriteoTSVReader:
             li = int(np.flatnonzero(~keep)[0])
             raise DataError(
                 describe_bad_line(
-                    task.path, task.first_line + li, task.data, li,
+                    task.path, task.line_no(li), task.data, li,
                     int(err[li]), int(err_col[li]), int(ncols[li]),
                 )
             )

@@ -16,7 +16,8 @@ Targets need ``min_history`` preceding events.
 Split by time: events ranked by (timestamp, file line); the last ``eval_fraction`` of them are the
 eval targets, so every eval target comes after every train target (histories may reach back into
 the train period: that is the user's past, not a label). Train samples are shuffled with ``seed``
-(or kept in time order); eval samples are in time order.
+(``events.shuffle``: the whole split), or within windows (``data.shuffle``), or kept in time
+order; eval samples are in time order.
 
 Bad lines raise DataError ``file:line: ...`` naming the column, or with ``on_bad_record: skip``
 are dropped and counted (in ``bad_records`` of the train split's first batch).
@@ -35,9 +36,10 @@ import numpy as np
 import torch
 
 from cosparse.batch import SparseBatch
-from cosparse.config import EventsConfig
+from cosparse.config import EventsConfig, ShuffleConfig
 from cosparse.data import event_kernels as K
 from cosparse.data.errors import DataError, empty_split_message
+from cosparse.data.shuffle import shuffled, window_batches
 from cosparse.data.split import Split, num_batches, split_range
 
 OnBadRecord = Literal["fail", "skip"]
@@ -161,6 +163,7 @@ class TaobaoEventsReader:
         eval_fraction: float = 0.2,
         on_bad_record: OnBadRecord = "fail",
         events: EventsConfig | None = None,
+        shuffle: ShuffleConfig | None = None,
     ) -> None:
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
@@ -202,6 +205,9 @@ class TaobaoEventsReader:
                             f"({ev.min_history}) earlier events of its user")
         if split == "train" and ev.shuffle:
             pos = pos[np.random.default_rng(ev.seed).permutation(pos.shape[0])]
+        elif split == "train" and shuffle is not None:
+            pos = shuffled(pos, window_batches(shuffle.buffer, batch_size) * batch_size,
+                           shuffle.seed)
         self.positions = pos
 
     @property

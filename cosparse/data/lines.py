@@ -139,3 +139,26 @@ def line_chunks(
     if n > 0:
         yield line_no, n, data
 
+
+
+class LineBlock:
+    """Lines read together (each ending in a newline), from which any of them are taken in any
+    order: the shuffle's windows and the split's rows are cut from one read this way."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        joined = b"".join(c if c.endswith(b"\n") else c + b"\n" for c in chunks if c)
+        self.buf = np.frombuffer(joined, np.uint8)
+        ends = np.flatnonzero(self.buf == 10) + 1
+        self.starts = np.concatenate([np.zeros(1, np.int64), ends.astype(np.int64)])
+
+    @property
+    def num_lines(self) -> int:
+        return len(self.starts) - 1
+
+    def take(self, sel: np.ndarray) -> bytes:
+        """Lines ``sel`` (0-based within the block), in that order, as one bytes."""
+        a, b = self.starts[sel], self.starts[sel + 1]
+        lengths = b - a
+        out_start = np.cumsum(lengths) - lengths
+        idx = np.repeat(a - out_start, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+        return self.buf[idx].tobytes()

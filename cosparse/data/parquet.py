@@ -24,10 +24,12 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from cosparse.batch import SparseBatch
+from cosparse.config import ShuffleConfig
 from cosparse.data import kernels as K
 from cosparse.data.columns import CRITEO_DENSE, CRITEO_KEYS, NUM_DENSE, columns_to_batch
 from cosparse.data.errors import DataError, empty_split_message
 from cosparse.data.lines import open_binary
+from cosparse.data.shuffle import shuffled_batches
 from cosparse.data.split import Split, num_batches, row_batches, split_range
 
 OnBadRecord = Literal["fail", "skip"]
@@ -36,12 +38,14 @@ COLUMNS: list[str] = ["label", *CRITEO_DENSE, *CRITEO_KEYS]
 
 @dataclass(frozen=True)
 class ParquetTask:
-    """Rows ``row_start .. row_start + num_rows - 1`` (0-based) of a Parquet file."""
+    """Rows ``row_start .. row_start + num_rows - 1`` (0-based) of a Parquet file, or the rows
+    ``take`` among them, in that order (``data.shuffle``)."""
 
     path: str
     row_start: int
     num_rows: int
     index: int
+    take: np.ndarray | None = None
 
 
 # --- per-process caches: the open file and the last row groups read ---------------------------
@@ -221,11 +225,12 @@ def _describe(path: str, row: int, name: str, value: object) -> str:
 def table_to_batch(
     table: pa.Table,
     path: str,
-    row_start: int = 0,
+    row_start: int | np.ndarray = 0,
     on_bad_record: OnBadRecord = "fail",
     index: int = 0,
 ) -> SparseBatch:
-    """Convert a table of the Criteo columns (its row 0 is file row ``row_start``)."""
+    """Convert a table of the Criteo columns (its row 0 is file row ``row_start``, or its rows
+    are the file rows ``row_start``)."""
     n = table.num_rows
     bad_any = np.zeros(n, np.bool_)
     bad_cols: list[tuple[str, np.ndarray]] = []
@@ -247,7 +252,8 @@ def table_to_batch(
     if n_bad and on_bad_record == "fail":
         r = int(np.flatnonzero(bad_any)[0])
         name = next(nm for nm, bad in bad_cols if bad[r])
-        raise DataError(_describe(path, row_start + r, name, _value(table, name, r)))
+        row = row_start + r if isinstance(row_start, int) else int(row_start[r])
+        raise DataError(_describe(path, row, name, _value(table, name, r)))
     return columns_to_batch(
         list(CRITEO_KEYS), labels, ints, ipres, cats, cpres,
         keep=~bad_any if n_bad else None, bad_records=n_bad, index=index,
@@ -264,6 +270,7 @@ class ParquetReader:
         split: Split = "train",
         eval_fraction: float = 0.2,
         on_bad_record: OnBadRecord = "fail",
+        shuffle: ShuffleConfig | None = None,
     ) -> None:
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
@@ -271,6 +278,7 @@ class ParquetReader:
             raise ValueError(f"on_bad_record must be 'fail' or 'skip', got {on_bad_record!r}")
         self.path = str(path)
         pf = _open(self.path)
+        self.shuffle = shuffle if split == "train" else None
         self.batch_size = batch_size
         self.split: Split = split
         self.eval_fraction = eval_fraction
@@ -287,13 +295,22 @@ class ParquetReader:
         return num_batches(self.num_rows, self.batch_size)
 
     def tasks(self, start_batch: int = 0) -> Iterator[ParquetTask]:
-        for lo, n, i in row_batches(self.num_rows, self.batch_size, start_batch):
-            yield ParquetTask(self.path, self.row_start + lo, n, i)
+        if self.shuffle is None:
+            for lo, n, i in row_batches(self.num_rows, self.batch_size, start_batch):
+                yield ParquetTask(self.path, self.row_start + lo, n, i)
+            return
+        for i, take in shuffled_batches(self.row_start, self.num_rows, self.batch_size,
+                                        self.shuffle, start_batch):
+            first = int(take.min())
+            yield ParquetTask(self.path, first, int(take.max()) + 1 - first, i, take)
 
     def build(self, task: ParquetTask) -> SparseBatch:
         table = read_rows(task.path, task.row_start, task.num_rows)
+        rows: int | np.ndarray = task.row_start
+        if task.take is not None:
+            table, rows = table.take(pa.array(task.take - task.row_start)), task.take
         try:
-            return table_to_batch(table, task.path, task.row_start, self.on_bad_record, task.index)
+            return table_to_batch(table, task.path, rows, self.on_bad_record, task.index)
         except pa.ArrowException as e:  # corrupt values that Arrow itself cannot convert
             raise DataError(f"{task.path}: rows {task.row_start}..{task.row_start + task.num_rows - 1}"
                             f" (0-based): cannot convert the Criteo columns ({e})") from e

@@ -53,15 +53,16 @@ def make_reader(cfg: DataConfig, split: Split = "train") -> Reader:
         from cosparse.data.criteo import CriteoTSVReader
 
         return CriteoTSVReader(
-            cfg.path, cfg.batch_size, split, cfg.eval_fraction, cfg.on_bad_record
+            cfg.path, cfg.batch_size, split, cfg.eval_fraction, cfg.on_bad_record, cfg.shuffle
         )
     if cfg.reader == "parquet":
         from cosparse.data.parquet import ParquetReader
 
-        return ParquetReader(cfg.path, cfg.batch_size, split, cfg.eval_fraction, cfg.on_bad_record)
+        return ParquetReader(cfg.path, cfg.batch_size, split, cfg.eval_fraction, cfg.on_bad_record,
+                             cfg.shuffle)
     if cfg.reader == "taobao_events":
         from cosparse.data.events import TaobaoEventsReader
 
         return TaobaoEventsReader(cfg.path, cfg.batch_size, split, cfg.eval_fraction,
-                                  cfg.on_bad_record, cfg.events)
+                                  cfg.on_bad_record, cfg.events, cfg.shuffle)
     raise ValueError(f"data.reader: unknown reader {cfg.reader!r}")

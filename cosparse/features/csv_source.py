@@ -9,6 +9,9 @@ source of typed columns.
   column as text, and converts it (``csv_columns``), so a bad cell is one bad record, named by
   ``file:line`` and its column, or dropped and counted with ``on_bad_record: skip``. Columns
   neither the label nor needed are not converted.
+- A split's rows (``data.split``) and shuffled rows (``data.shuffle``) are cut the same way:
+  the main process reads each window of lines once and gives every batch exactly its own lines,
+  in its order.
 - A quoted value may not hold a newline: tasks are cut at newlines (as for Criteo's TSV).
 """
 
@@ -25,10 +28,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from cosparse.config import CsvConfig
+from cosparse.config import CsvConfig, ShuffleConfig
 from cosparse.data.errors import DataError, empty_split_message
-from cosparse.data.lines import count_lines, line_chunks
-from cosparse.data.split import Split, num_batches, split_range
+from cosparse.data.lines import LineBlock, count_lines, line_chunks
+from cosparse.data.shuffle import shuffled_batches, window_batches
+from cosparse.data.split import Split, num_batches, row_batches, split_range
 from cosparse.features import csv_columns as CC
 from cosparse.features.types import Column, ColumnKind, RawBatch
 
@@ -68,8 +72,9 @@ class CsvPart:
 
 @dataclass(frozen=True)
 class CsvTask:
-    """One batch: its lines, in one file or across two or more; ``keep``: the rows of a split
-    among them (global row numbers, sorted), or None for all."""
+    """One batch: its lines, in one file or across two or more (``keep`` None: the parts'
+    consecutive lines), or one part of the lines of the global rows ``keep``, in that order
+    (a split's rows, or shuffled ones)."""
 
     parts: tuple[CsvPart, ...]
     index: int
@@ -84,7 +89,7 @@ class CsvRawSource:
                  eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
                  csv: CsvConfig | None = None, schema: dict[str, str] | None = None,
                  label: str | None = "label", exclude: Sequence[str] = (),
-                 rows: np.ndarray | None = None) -> None:
+                 rows: np.ndarray | None = None, shuffle: ShuffleConfig | None = None) -> None:
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
         self.path = str(path)
@@ -110,8 +115,8 @@ class CsvRawSource:
         self.eval_fraction = eval_fraction
         self.on_bad_record: OnBadRecord = on_bad_record
         self.file_rows = [max(count_lines(f) - self.header_lines, 0) for f in self.files]
-        self.file_offset = dict(zip(self.files, np.cumsum([0, *self.file_rows[:-1]]).tolist(),
-                                    strict=True))
+        self.row_starts = np.cumsum([0, *self.file_rows[:-1]]).astype(np.int64)
+        self.file_offset = dict(zip(self.files, self.row_starts.tolist(), strict=True))
         self.total_rows = total = sum(self.file_rows)
         # the split's rows: a range (the last eval_fraction evaluate), or ``rows`` (data.split)
         self.rows = None if rows is None else np.asarray(rows, np.int64)
@@ -121,6 +126,9 @@ class CsvRawSource:
             self.row_start, self.num_rows = 0, len(self.rows)
         if split == "train" and self.num_rows == 0:
             raise DataError(empty_split_message(self.path, total, "rows", eval_fraction))
+        self.shuffle = shuffle if split == "train" else None
+        if self.shuffle is not None and self.rows is None:
+            self.rows = np.arange(self.row_start, self.row_start + self.num_rows, dtype=np.int64)
 
     # --- the layout, read once in the main process ------------------------------------------
     def _read(self, data: bytes, names: list[str] | None, types: dict[str, Any] | None = None,
@@ -215,25 +223,40 @@ class CsvRawSource:
             yield CsvTask(tuple(parts), index)
 
     def _selected_tasks(self, start_batch: int) -> Iterator[CsvTask]:
-        """Batches of ``batch_size`` of the split's rows, each the lines from its first row to
-        its last (the rows between, of the other side, are read and left out), cut from one
-        read of the files (the batches' spans ascend)."""
+        """Batches of ``batch_size`` of the split's rows (shuffled within windows with
+        ``data.shuffle``). Each window's lines, from its first row to its last (the rows between
+        of the other side included), are read once, in one pass over the files, and every batch
+        takes its own lines out of them, in its order."""
         assert self.rows is not None
-        bs = self.batch_size
-        keeps = [self.rows[i * bs:(i + 1) * bs] for i in range(start_batch, self.num_batches)]
-        spans = [(int(k[0]), int(k[-1]) + 1) for k in keeps]
-        for i, (keep, parts) in enumerate(zip(keeps, self._span_parts(spans), strict=True)):
-            yield CsvTask(parts, start_batch + i, keep)
+        bs, rows = self.batch_size, self.rows
+        per = window_batches(self.shuffle.buffer, bs) if self.shuffle is not None else 1
+        first_window = start_batch // per
+        spans = [(int(rows[lo]), int(rows[min(lo + per * bs, len(rows)) - 1]) + 1)
+                 for lo in range(first_window * per * bs, len(rows), per * bs)]
+        blocks = self._span_blocks(spans)
+        block, span_lo = LineBlock([]), -1
+        if self.shuffle is not None:
+            batches = shuffled_batches(0, len(rows), bs, self.shuffle, start_batch)
+        else:
+            batches = ((i, np.arange(lo, lo + n)) for lo, n, i in
+                       row_batches(len(rows), bs, start_batch))
+        for i, take in batches:
+            w = i // per - first_window
+            if spans[w][0] != span_lo:
+                block, span_lo = next(blocks), spans[w][0]
+            keep = rows[take]
+            path = self._where(int(keep[0]))[0]
+            yield CsvTask((CsvPart(path, 0, len(keep), block.take(keep - span_lo)),), i, keep)
 
-    def _span_parts(self, spans: list[tuple[int, int]]) -> Iterator[tuple[CsvPart, ...]]:
-        """The parts of each of ``spans`` (global row ranges, ascending, not overlapping), from
-        one pass over the lines from the first span's start."""
+    def _span_blocks(self, spans: list[tuple[int, int]]) -> Iterator[LineBlock]:
+        """The lines of each of ``spans`` (global row ranges, ascending, not overlapping), from
+        one pass over the files from the first span's start."""
         if not spans:
             return
-        pending: list[CsvPart] = []
+        pending: list[bytes] = []
         j = 0  # the span being filled
         for part in self._pieces(spans[0][0], spans[-1][1], 8192):
-            lo = self.file_offset[part.path] + part.first_line - self.header_lines - 1
+            lo = self._row0(part)
             hi = lo + part.num_lines
             ends = np.flatnonzero(np.frombuffer(part.data, np.uint8) == 10) + 1
             while j < len(spans) and spans[j][0] < hi:
@@ -241,17 +264,27 @@ class CsvRawSource:
                 if a < b:
                     start = 0 if a == lo else int(ends[a - lo - 1])
                     stop = len(part.data) if b - lo > len(ends) - 1 else int(ends[b - lo - 1])
-                    pending.append(CsvPart(part.path, part.first_line + a - lo, b - a,
-                                           part.data[start:stop]))
+                    pending.append(part.data[start:stop])
                 if spans[j][1] > hi:
                     break  # the span goes on in the next part
-                yield tuple(pending)
+                yield LineBlock(pending)
                 pending, j = [], j + 1
 
+    def _row0(self, part: CsvPart) -> int:
+        """The global row of a file part's first line."""
+        return self.file_offset[part.path] + part.first_line - self.header_lines - 1
+
+    def _where(self, row: int) -> tuple[str, int]:
+        """(file, 1-based line) of a global row."""
+        f = int(np.searchsorted(self.row_starts, row, side="right")) - 1
+        return self.files[f], row - int(self.row_starts[f]) + 1 + self.header_lines
+
     # --- building ------------------------------------------------------------------------------
-    def _parse(self, part: CsvPart, include: list[str]) -> tuple[pa.Table, np.ndarray]:
-        """(text table, file line of each row) of one part; rows of the wrong width are
-        skipped and counted, or a DataError naming the line."""
+    def _parse(self, part: CsvPart, include: list[str], rows: np.ndarray
+               ) -> tuple[pa.Table, np.ndarray]:
+        """(text table, global row of each of its rows) of one part whose lines are the global
+        ``rows``; rows of the wrong width are skipped and counted, or a DataError naming the
+        line."""
         wrong: list[tuple[int, int]] = []
 
         def handler(row: Any) -> str:
@@ -264,14 +297,14 @@ class CsvRawSource:
         except pa.ArrowInvalid as e:
             if wrong:
                 number, got = wrong[0]
-                raise DataError(f"{part.path}:{part.first_line + number - 1}: wrong column "
-                                f"count: expected {len(self.names)} got {got}") from None
-            raise DataError(f"{part.path}: lines {part.first_line}.."
-                            f"{part.first_line + part.num_lines - 1}: cannot parse ({e})") from e
-        lines = np.arange(part.first_line, part.first_line + part.num_lines, dtype=np.int64)
+                path, line = self._where(int(rows[number - 1]))
+                raise DataError(f"{path}:{line}: wrong column count: expected "
+                                f"{len(self.names)} got {got}") from None
+            (p0, l0), (p1, l1) = self._where(int(rows.min())), self._where(int(rows.max()))
+            raise DataError(f"{p0}:{l0} .. {p1}:{l1}: cannot parse ({e})") from e
         if wrong:
-            lines = np.delete(lines, [n - 1 for n, _ in wrong])
-        return table, lines
+            rows = np.delete(rows, [n - 1 for n, _ in wrong])
+        return table, rows
 
     def build_raw(self, task: CsvTask, columns: Sequence[str] | None = None) -> RawBatch:
         """The RawBatch of one task (``columns``: only these, default all of ``self.columns``)."""
@@ -282,23 +315,16 @@ class CsvRawSource:
         """The RawBatch of one task and the global row number of each of its rows."""
         names = list(self.columns) if columns is None else list(columns)
         include = names + ([self.label] if self.label is not None else [])
-        tables, lines, files = [], [], []
-        for i, part in enumerate(task.parts):
-            t, ln = self._parse(part, include)
+        tables, row_parts = [], []
+        for part in task.parts:
+            lines = (task.keep if task.keep is not None
+                     else self._row0(part) + np.arange(part.num_lines, dtype=np.int64))
+            t, r = self._parse(part, include, lines)
             tables.append(t)
-            lines.append(ln)
-            files.append(np.full(len(ln), i, np.int64))
+            row_parts.append(r)
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        line_of, file_of = np.concatenate(lines), np.concatenate(files)
-        starts = np.array([self.file_offset[p.path] - self.header_lines - 1 for p in task.parts],
-                          np.int64)
-        row_of = starts[file_of] + line_of if len(line_of) else line_of
+        row_of = np.concatenate(row_parts)
         wanted = sum(p.num_lines for p in task.parts)
-        if task.keep is not None:
-            mine = np.isin(row_of, task.keep)
-            table, line_of, file_of, row_of = (table.filter(pa.array(mine)), line_of[mine],
-                                               file_of[mine], row_of[mine])
-            wanted = len(task.keep)
         skipped = wanted - table.num_rows
         n = table.num_rows
         firsts: list[tuple[str, np.ndarray]] = []
@@ -319,8 +345,8 @@ class CsvRawSource:
         if n_bad and self.on_bad_record == "fail":
             r = int(np.flatnonzero(bad_any)[0])
             col = next(c for c, b in firsts if b[r])
-            where = f"{task.parts[int(file_of[r])].path}:{int(line_of[r])}"
-            raise DataError(f"{where}: {self._what(col)} {table.column(col)[r].as_py()!r}")
+            path, line = self._where(int(row_of[r]))
+            raise DataError(f"{path}:{line}: {self._what(col)} {table.column(col)[r].as_py()!r}")
         if n_bad:
             keep = ~bad_any
             labels, row_of = labels[keep], row_of[keep]

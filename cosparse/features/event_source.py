@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cosparse.config import EventsConfig
+from cosparse.config import EventsConfig, ShuffleConfig
 from cosparse.data.events import EventsTask, OnBadRecord, TaobaoEventsReader, sequences_from_ranges
 from cosparse.data.split import Split
 from cosparse.features.types import INT, LIST_INT, Column, ColumnKind, RawBatch
@@ -51,9 +51,10 @@ class EventLogRawSource:
         eval_fraction: float = 0.2,
         on_bad_record: OnBadRecord = "fail",
         events: EventsConfig | None = None,
+        shuffle: ShuffleConfig | None = None,
     ) -> None:
         self._events = TaobaoEventsReader(path, batch_size, split, eval_fraction, on_bad_record,
-                                          events)
+                                          events, shuffle)
         self.path = self._events.path
         self.batch_size = batch_size
         self.split: Split = split

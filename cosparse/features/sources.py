@@ -18,9 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cosparse.config import ShuffleConfig
 from cosparse.data import kernels as DK
 from cosparse.data.criteo import CriteoTask, CriteoTSVReader, describe_bad_line
 from cosparse.data.errors import DataError
+from cosparse.data.shuffle import shuffled_batches
 from cosparse.data.split import Split, num_batches, row_batches, split_range
 from cosparse.features.types import (
     FLOAT,
@@ -67,9 +69,11 @@ class CriteoRawSource:
     presence, and the labels."""
 
     def __init__(self, path: str | Path, batch_size: int, split: Split = "train",
-                 eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail") -> None:
+                 eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
+                 shuffle: ShuffleConfig | None = None) -> None:
         _check_common(batch_size, on_bad_record)
-        self._lines = CriteoTSVReader(path, batch_size, split, eval_fraction, on_bad_record)
+        self._lines = CriteoTSVReader(path, batch_size, split, eval_fraction, on_bad_record,
+                                      shuffle)
         self.path = self._lines.path
         self.batch_size = batch_size
         self.split: Split = split
@@ -92,7 +96,7 @@ class CriteoRawSource:
         if bad:
             if self.on_bad_record == "fail":
                 li = int(np.flatnonzero(~keep)[0])
-                raise DataError(describe_bad_line(task.path, task.first_line + li, task.data, li,
+                raise DataError(describe_bad_line(task.path, task.line_no(li), task.data, li,
                                                   int(err[li]), int(err_col[li]), int(ncols[li])))
             labels, ints, ipres, cats, cpres = labels[keep], ints[keep], ipres[keep], cats[keep], cpres[keep]
         it, ipt = np.ascontiguousarray(ints.T), np.ascontiguousarray(ipres.T)
@@ -107,7 +111,8 @@ class CriteoRawSource:
 @dataclass(frozen=True)
 class RowsTask:
     """Rows ``row_start .. row_start + num_rows - 1`` (0-based) of a Parquet file; ``keep``:
-    the rows of a split among them (sorted), or None for all."""
+    the rows among them that the batch holds, in its order (a split's, or shuffled), or None
+    for all."""
 
     path: str
     row_start: int
@@ -227,7 +232,8 @@ class ParquetRawSource:
     def __init__(self, path: str | Path, batch_size: int, split: Split = "train",
                  eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
                  label: str | None = "label", columns: Sequence[str] | None = None,
-                 exclude: Sequence[str] = (), rows: np.ndarray | None = None) -> None:
+                 exclude: Sequence[str] = (), rows: np.ndarray | None = None,
+                 shuffle: ShuffleConfig | None = None) -> None:
         _check_common(batch_size, on_bad_record)
         self.path = str(path)
         pf = open_parquet(self.path)
@@ -261,19 +267,29 @@ class ParquetRawSource:
             self.row_start, self.num_rows = split_range(self.total_rows, eval_fraction, split)
         else:
             self.row_start, self.num_rows = 0, len(self.rows)
+        self.shuffle = shuffle if split == "train" else None
+        if self.shuffle is not None and self.rows is None:
+            self.rows = np.arange(self.row_start, self.row_start + self.num_rows, dtype=np.int64)
 
     @property
     def num_batches(self) -> int:
         return num_batches(self.num_rows, self.batch_size)
 
     def tasks(self, start_batch: int = 0) -> Iterator[RowsTask]:
-        for lo, n, i in row_batches(self.num_rows, self.batch_size, start_batch):
-            if self.rows is None:
+        if self.rows is None:
+            for lo, n, i in row_batches(self.num_rows, self.batch_size, start_batch):
                 yield RowsTask(self.path, self.row_start + lo, n, i)
-            else:  # from the batch's first row to its last, the other side's left out
-                keep = self.rows[lo:lo + n]
-                first = int(keep[0])
-                yield RowsTask(self.path, first, int(keep[-1]) + 1 - first, i, keep)
+            return
+        if self.shuffle is not None:
+            batches = shuffled_batches(0, self.num_rows, self.batch_size, self.shuffle,
+                                       start_batch)
+        else:
+            batches = ((i, np.arange(lo, lo + n)) for lo, n, i in
+                       row_batches(self.num_rows, self.batch_size, start_batch))
+        for i, take in batches:  # the span of the batch's rows is read, its rows taken
+            keep = self.rows[take]
+            first = int(keep.min())
+            yield RowsTask(self.path, first, int(keep.max()) + 1 - first, i, keep)
 
     def build_raw(self, task: RowsTask, columns: Sequence[str] | None = None) -> RawBatch:
         """The RawBatch of one task (``columns``: only these, default all of ``self.columns``)."""
@@ -287,8 +303,7 @@ class ParquetRawSource:
         table = read_parquet_rows(task.path, read, task.row_start, task.num_rows)
         row_of = np.arange(task.row_start, task.row_start + table.num_rows, dtype=np.int64)
         if task.keep is not None:
-            mine = np.isin(row_of, task.keep)
-            table, row_of = table.filter(pa.array(mine)), row_of[mine]
+            table, row_of = table.take(pa.array(task.keep - task.row_start)), task.keep
         n = table.num_rows
         bad_any = np.zeros(n, np.bool_)
         firsts: list[tuple[str, np.ndarray]] = []

@@ -12,7 +12,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cosparse.config import ColumnsConfig, Config, ConfigError, DataConfig, SplitConfig
+from cosparse.config import (
+    ColumnsConfig,
+    Config,
+    ConfigError,
+    DataConfig,
+    ShuffleConfig,
+    SplitConfig,
+)
 from cosparse.config.model import validate_model
 from cosparse.data import make_reader
 from cosparse.data.reader import Reader
@@ -54,8 +61,8 @@ def load_registry(cfg: Config) -> FeatureSet:
         raise ConfigError(f"features.spec: {cfg.features.spec}: {e}") from None
 
 
-def _table_source(data: DataConfig, split: Split, batch_size: int, rows: Any = None
-                  ) -> RawSource:
+def _table_source(data: DataConfig, split: Split, batch_size: int, rows: Any = None,
+                  shuffle: ShuffleConfig | None = None) -> RawSource:
     """A csv or parquet source of ``data``'s columns (all rows' when ``rows`` is None)."""
     from cosparse.features import ParquetRawSource
 
@@ -64,9 +71,9 @@ def _table_source(data: DataConfig, split: Split, batch_size: int, rows: Any = N
         from cosparse.features.csv_source import CsvRawSource
 
         return CsvRawSource(data.path, batch_size, split, 0.0, data.on_bad_record,  # type: ignore[arg-type]
-                            data.csv, dict(data.schema), cols.label, cols.drop, rows)
+                            data.csv, dict(data.schema), cols.label, cols.drop, rows, shuffle)
     return ParquetRawSource(data.path, batch_size, split, 0.0, data.on_bad_record,  # type: ignore[arg-type]
-                            cols.label, exclude=cols.drop, rows=rows)
+                            cols.label, exclude=cols.drop, rows=rows, shuffle=shuffle)
 
 
 # one pass per process over the columns a split needs: (row numbers, eval mask, the line)
@@ -101,12 +108,13 @@ def raw_source(data: DataConfig, split: Split) -> RawSource:
 
     if data.reader == "criteo_tsv":
         return CriteoRawSource(data.path, data.batch_size, split, data.eval_fraction,
-                               data.on_bad_record)
+                               data.on_bad_record, data.shuffle)
     if data.reader in ("csv", "parquet"):
-        return _table_source(data, split, data.batch_size, split_rows(data, split)[0])
+        return _table_source(data, split, data.batch_size, split_rows(data, split)[0],
+                             data.shuffle)
     if data.reader == "taobao_events":
         return EventLogRawSource(data.path, data.batch_size, split, data.eval_fraction,
-                                 data.on_bad_record, data.events)
+                                 data.on_bad_record, data.events, data.shuffle)
     raise ConfigError(f"data.reader: the feature platform extracts from the raw columns of "
                       f"'criteo_tsv', 'csv', 'parquet' or 'taobao_events', not '{data.reader}'")
 
