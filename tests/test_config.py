@@ -143,7 +143,14 @@ def _populated():
     import dataclasses
     import typing
 
-    from cosparse.config import ColumnsConfig, ModelEntry, ShuffleConfig, SplitConfig, TableConfig
+    from cosparse.config import (
+        ColumnsConfig,
+        ModelEntry,
+        NegativesConfig,
+        ShuffleConfig,
+        SplitConfig,
+        TableConfig,
+    )
 
     def fill(obj):
         hints = typing.get_type_hints(type(obj))
@@ -166,6 +173,7 @@ def _populated():
     cfg.data.columns = ColumnsConfig()  # (optional sections)
     cfg.data.split = SplitConfig()
     cfg.data.shuffle = ShuffleConfig()
+    cfg.data.negatives = NegativesConfig()
     fill(cfg)
     assert cfg.store.device.rows == 1 and cfg.train.threads == 1
     return cfg

@@ -102,6 +102,8 @@ BOUNDS: dict[str, Bound] = {
     "data.split.at": Bound(-10**18, 10**18),  # (unix milliseconds reach 1e13)
     "data.shuffle.buffer": Bound(1, 2**31),
     "data.shuffle.seed": SEED,
+    "data.negatives.per_positive": Bound(1, 1000),
+    "data.negatives.seed": SEED,
     # tables
     "tables[*].dim": WIDTH,
     "tables[*].seed": SEED,

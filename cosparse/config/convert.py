@@ -21,9 +21,11 @@ def from_dict(cls: type, data: Any, key: str = "") -> Any:
         raise ConfigError(f"{key or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
+    renamed: dict[str, str] = getattr(cls, "YAML_NAMES", {})  # a YAML key that is a keyword
     kwargs = {}
-    for k, v in data.items():
-        full = f"{key}.{k}" if key else str(k)
+    for yaml_key, v in data.items():
+        full = f"{key}.{yaml_key}" if key else str(yaml_key)
+        k = renamed.get(yaml_key, yaml_key)
         if k not in names:
             close = difflib.get_close_matches(str(k), names, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from cosparse.config.errors import ConfigError
 
@@ -53,6 +53,9 @@ class EventsConfig:
     positive: list[str] = field(default_factory=lambda: ["buy"])  # behaviours labelled 1
     shuffle: bool = True  # train samples in a seeded random order (else by time)
     seed: int = 0
+    # reader interactions: "rows", one interaction per row (csv, tsv or parquet), or
+    # "user_items", one user per line: "user item1 item2 ..." in time order
+    layout: Literal["rows", "user_items"] = "rows"
     synthetic: SequenceSyntheticConfig = field(default_factory=SequenceSyntheticConfig)
 
 
@@ -103,6 +106,11 @@ class ColumnsConfig:
     # time columns to calendar features (a column named here is not a sparse feature itself
     # unless data.columns.sparse lists it)
     datetime: dict[str, DatetimeColumn] = field(default_factory=dict)
+    # reader interactions: who, what and when (None: the file order), and the item's own columns
+    user: str | None = None
+    item: str | None = None
+    time: str | None = None
+    item_features: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -119,6 +127,18 @@ class SplitConfig:
 
 
 @dataclass
+class NegativesConfig:
+    """Sampled negatives of implicit feedback (``reader: interactions``): ``per_positive`` items
+    per positive sample that its user had not interacted with by then, drawn uniformly from the
+    items of the log or by their popularity; never part of any history."""
+
+    YAML_NAMES: ClassVar[dict[str, str]] = {"from": "sample_from"}  # "from" is a keyword
+    per_positive: int = 1
+    sample_from: Literal["uniform", "popularity"] = "uniform"
+    seed: int = 0
+
+
+@dataclass
 class ShuffleConfig:
     """Training rows in a seeded order: permuted within windows of ``buffer`` rows (rounded up
     to whole batches); ``cosparse.data.shuffle`` says how."""
@@ -130,7 +150,7 @@ class ShuffleConfig:
 @dataclass
 class DataConfig:
     reader: Literal["synthetic", "criteo_tsv", "parquet", "taobao_events",
-                    "synthetic_sequences", "csv"] = "synthetic"
+                    "synthetic_sequences", "csv", "interactions"] = "synthetic"
     path: str | None = None
     batch_size: int = 4096
     workers: int = 0
@@ -152,6 +172,7 @@ class DataConfig:
     split: SplitConfig | None = None
     allow_one_class_eval: bool = False  # an eval side of one label: a warning, not an error
     shuffle: ShuffleConfig | None = None  # None: training rows in file order
+    negatives: NegativesConfig | None = None  # reader interactions: sampled negatives
 
 
 _BEHAVIOURS = ("pv", "cart", "fav", "buy")
@@ -166,6 +187,7 @@ def validate_data(cfg: Config) -> None:
     if s.bag_max < s.bag_min:
         raise ConfigError("data.synthetic.bag_min/bag_max: need 0 <= bag_min <= bag_max")
     _validate_csv(d)
+    _validate_interactions(d)
     _validate_split(d)
     _validate_shuffle(cfg)
     ev = d.events
@@ -189,9 +211,9 @@ def _validate_csv(d: DataConfig) -> None:
     cols = d.columns
     if cols is None:
         return
-    if d.reader not in ("csv", "parquet"):
-        raise ConfigError(f"data.columns: maps the columns of readers 'csv' and 'parquet', not "
-                          f"'{d.reader}'")
+    if d.reader not in ("csv", "parquet", "interactions"):
+        raise ConfigError(f"data.columns: maps the columns of readers 'csv', 'parquet' and "
+                          f"'interactions', not '{d.reader}'")
     for col, dt in cols.datetime.items():
         key = f"data.columns.datetime.{col}"
         if not dt.emit:
@@ -224,6 +246,11 @@ def _validate_split(d: DataConfig) -> None:
     s = d.split
     if s is None:
         return
+    if d.reader == "interactions":
+        if s.by not in ("position", "last_per_user"):
+            raise ConfigError(f"data.split.by: reader interactions splits by position (the last "
+                              f"events in time) or last_per_user, not {s.by}")
+        return
     if d.reader not in ("csv", "parquet") or (d.reader == "parquet" and d.columns is None):
         raise ConfigError(f"data.split: splits the rows of reader csv, or parquet with "
                           f"data.columns; reader '{d.reader}' splits by position "
@@ -252,3 +279,43 @@ def _validate_shuffle(cfg: Config) -> None:
     if cfg.features.materialized:
         raise ConfigError("data.shuffle: features.materialized are read back in the order they "
                           "were written; shuffle when materializing instead")
+
+
+_INTERACTION_KEYS = ("user", "item", "time", "item_features")
+
+
+def _validate_interactions(d: DataConfig) -> None:
+    cols = d.columns
+    if d.reader != "interactions":
+        named = [k for k in _INTERACTION_KEYS if cols is not None and getattr(cols, k)]
+        if named:
+            raise ConfigError(f"data.columns.{named[0]}: names a column of reader "
+                              f"'interactions', not '{d.reader}'")
+        if d.negatives is not None:
+            raise ConfigError(f"data.negatives: samples negatives for reader 'interactions', "
+                              f"not '{d.reader}'")
+        if d.events.layout != "rows":
+            raise ConfigError(f"data.events.layout: a layout of reader 'interactions', not "
+                              f"'{d.reader}'")
+        return
+    if d.events.layout == "user_items":
+        if cols is not None and (cols.time or cols.item_features):
+            raise ConfigError("data.columns: a user_items file has users and items only (its "
+                              "order is the time)")
+        return
+    for k in ("user", "item"):
+        if cols is None or not getattr(cols, k):
+            raise ConfigError(f"data.columns.{k}: reader interactions needs the {k} column")
+    assert cols is not None
+    seen: dict[str, str] = {}
+    for role in ("user", "item", "time"):
+        name = getattr(cols, role)
+        if name in seen:
+            raise ConfigError(f"data.columns.{role}: column '{name}' is already the "
+                              f"{seen[name]}")
+        if name:
+            seen[name] = role
+    for f in cols.item_features:
+        if f in seen:
+            raise ConfigError(f"data.columns.item_features: column '{f}' is already the "
+                              f"{seen[f]}")

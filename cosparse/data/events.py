@@ -131,16 +131,21 @@ class SequenceIndex:
 
 
 def sequence_index(log: EventLog) -> SequenceIndex:
-    n = log.num_events
+    return index_events(log.user, log.ts, log.line)
+
+
+def index_events(user: np.ndarray, ts: np.ndarray, line: np.ndarray) -> SequenceIndex:
+    """The index of events sorted by (user, timestamp, line)."""
+    n = user.shape[0]
     idx = np.arange(n, dtype=np.int64)
     new_user = np.ones(n, dtype=bool)
-    new_user[1:] = log.user[1:] != log.user[:-1]
+    new_user[1:] = user[1:] != user[:-1]
     new_run = new_user.copy()
-    new_run[1:] |= log.ts[1:] != log.ts[:-1]
+    new_run[1:] |= ts[1:] != ts[:-1]
     user_start = np.maximum.accumulate(np.where(new_user, idx, 0))
     run_start = np.maximum.accumulate(np.where(new_run, idx, 0))
     time_rank = np.empty(n, dtype=np.int64)
-    time_rank[np.lexsort((log.line, log.ts))] = idx
+    time_rank[np.lexsort((line, ts))] = idx
     return SequenceIndex(user_start, run_start, time_rank)
 
 

@@ -1,6 +1,7 @@
 """Honest baselines for a model's eval AUC, on the same readers (so the same features and the
-same split): logistic regression over the hashed IDs and the dense columns, and the AUC's
-standard error (Hanley and McNeil, 1982) to compare two AUCs by.
+same split): logistic regression over the hashed IDs and the dense columns, item popularity for
+recommendation samples, and the AUC's standard error (Hanley and McNeil, 1982) to compare two
+AUCs by.
 
 The regression is one weight per hashed ID (IDs modulo ``buckets``, summed per sample), a
 linear term of the dense columns and a bias, trained with Adagrad.
@@ -77,6 +78,26 @@ def logistic_regression(train: Reader, eval_: Reader, epochs: int = 3, lr: float
         for b in _batches(eval_):
             labels.append(b.labels.numpy())
             scores.append(model(b).numpy())
+    y, s = np.concatenate(labels), np.concatenate(scores)
+    auc = roc_auc(y, s)
+    pos = int((y > 0.5).sum())
+    return BaselineResult(auc, auc_standard_error(auc, pos, len(y) - pos), len(y))
+
+
+def popularity(train: Reader, eval_: Reader, item_key: str = "item") -> BaselineResult:
+    """Score each eval sample by how often its item is a positive among the training
+    samples (the item-popularity baseline of recommendation)."""
+    pos_items = []
+    for b in _batches(train):
+        items, _ = b.feature(item_key)
+        pos_items.append(items.numpy()[b.labels.numpy() > 0.5])
+    vocab, counts = np.unique(np.concatenate(pos_items), return_counts=True)
+    labels, scores = [], []
+    for b in _batches(eval_):
+        items = b.feature(item_key)[0].numpy()
+        at = np.minimum(np.searchsorted(vocab, items), len(vocab) - 1)
+        scores.append(np.where(vocab[at] == items, counts[at], 0).astype(np.float64))
+        labels.append(b.labels.numpy())
     y, s = np.concatenate(labels), np.concatenate(scores)
     auc = roc_auc(y, s)
     pos = int((y > 0.5).sum())

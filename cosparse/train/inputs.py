@@ -195,8 +195,21 @@ def column_inputs(cfg: Config) -> ModelInputs:
                        [split_rows(cfg.data, "train")[1]])
 
 
+def interaction_inputs(cfg: Config) -> ModelInputs:
+    """The readers of ``reader: interactions`` (no feature spec)."""
+    if cfg.features.spec:
+        raise ConfigError("features.spec: reader interactions builds its own features (user, "
+                          "item, item features and their histories); drop the spec")
+    from cosparse.features.interactions import InteractionsReader
+
+    train, eval_ = InteractionsReader(cfg.data, "train"), InteractionsReader(cfg.data, "eval")
+    return ModelInputs(cfg, train, eval_, [train.describe(), eval_.describe()])
+
+
 def model_inputs(cfg: Config) -> ModelInputs:
     """The readers of a single-model config."""
+    if cfg.data.reader == "interactions":
+        return interaction_inputs(cfg)
     if not cfg.features.spec:
         if cfg.features.materialized:
             raise ConfigError("features.materialized: reading materialized features needs "

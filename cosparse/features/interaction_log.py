@@ -1,0 +1,163 @@
+"""The event log of ``reader: interactions``: user, item, time, label and the item's own columns
+per event, sorted by (user, time, file row), read from any table the csv and parquet readers read,
+or from a ``user_items`` file (one user per line: ``user item1 item2 ...`` in time order).
+
+Every ID is a seeded 64-bit hash of its value (``data.columns.hash_seed`` and the column's role
+name), strings and integers alike, as ``data.columns`` hashes; a history column shares its
+target's hash (``hist_item`` is ``item``). A row missing its user, item or time is a bad record.
+Without a time column the file order is the time; without a label column every event is a
+positive (implicit feedback, for ``data.negatives``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from cosparse.config import ColumnsConfig, DataConfig
+from cosparse.data.errors import DataError
+from cosparse.data.lines import read_blocks
+from cosparse.features import kernels as K
+from cosparse.features.column_map import column_ids, column_seed
+from cosparse.features.types import FLOAT, INT, Column
+
+
+@dataclass(frozen=True)
+class InteractionLog:
+    """Events sorted by (user, time, row); ``row``: the 0-based file row (for user_items, the
+    line), ``label`` None: every event is a positive."""
+
+    user: np.ndarray
+    item: np.ndarray
+    time: np.ndarray
+    row: np.ndarray
+    label: np.ndarray | None
+    features: dict[str, np.ndarray]
+    bad_records: int
+
+    @property
+    def num_events(self) -> int:
+        return int(self.user.shape[0])
+
+
+def _sorted(user: np.ndarray, item: np.ndarray, time: np.ndarray, row: np.ndarray,
+            label: np.ndarray | None, features: dict[str, np.ndarray], bad: int
+            ) -> InteractionLog:
+    order = np.lexsort((row, time, user))
+    return InteractionLog(user[order], item[order], time[order], row[order],
+                          None if label is None else label[order],
+                          {f: v[order] for f, v in features.items()}, bad)
+
+
+_LOGS: dict[str, InteractionLog] = {}
+
+
+def load_interactions(data: DataConfig) -> InteractionLog:
+    """The log of ``data`` (read once per process)."""
+    key = repr((data.path, data.csv, data.schema, data.columns, data.events.layout,
+                data.on_bad_record))
+    if key not in _LOGS:
+        cols = data.columns or ColumnsConfig()
+        read = read_user_items if data.events.layout == "user_items" else read_table
+        _LOGS[key] = read(data, cols)
+    return _LOGS[key]
+
+
+def read_user_items(data: DataConfig, cols: ColumnsConfig) -> InteractionLog:
+    """A file of ``user item1 item2 ...`` lines (space or tab separated, plain or gzip)."""
+    path = str(data.path)
+    raw = b"".join(read_blocks(path))
+    buf = np.frombuffer(raw, np.uint8)
+    space = (buf == 32) | (buf == 9) | (buf == 10) | (buf == 13)
+    prev_space = np.concatenate([[True], space[:-1]])
+    next_space = np.concatenate([space[1:], [True]])
+    starts = np.flatnonzero(~space & prev_space)
+    ends = np.flatnonzero(~space & next_space) + 1
+    line = np.searchsorted(np.flatnonzero(buf == 10), starts)  # 0-based line of each token
+    first = np.ones(len(starts), np.bool_)
+    first[1:] = line[1:] != line[:-1]
+    lengths = ends - starts
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    text = buf[~space]  # the tokens back to back
+    is_user = first
+    user_ids = K.hash_strings(text, offsets, column_seed(cols.hash_seed, "user"), 0)
+    item_ids = K.hash_strings(text, offsets, column_seed(cols.hash_seed, "item"), 0)
+    owner = np.maximum.accumulate(np.where(is_user, np.arange(len(starts)), 0))
+    events = np.flatnonzero(~is_user)
+    if len(events) == 0:
+        raise DataError(f"{path}: no interactions (expected lines 'user item1 item2 ...')")
+    time = events - owner[events]  # the position in the user's line
+    return _sorted(user_ids[owner[events]], item_ids[events], time.astype(np.int64),
+                   line[events].astype(np.int64), None, {}, 0)
+
+
+def read_table(data: DataConfig, cols: ColumnsConfig) -> InteractionLog:
+    """One event per row of a csv, tsv or parquet table."""
+    from cosparse.features.csv_source import CsvRawSource
+    from cosparse.features.sources import ParquetRawSource
+
+    path = str(data.path)
+    roles = {"user": cols.user, "item": cols.item, "time": cols.time}
+    wanted = [c for c in (cols.user, cols.item, cols.time, *cols.item_features) if c]
+    parquet = path.endswith((".parquet", ".pq"))
+    names = (pq.ParquetFile(path).schema_arrow.names if parquet
+             else CsvRawSource(path, 1 << 16, "train", 0.0, data.on_bad_record, data.csv,
+                               dict(data.schema), None).names)
+    missing = [c for c in wanted if c not in names]
+    if missing:
+        raise DataError(f"{path}: data.columns names columns the file lacks: "
+                        f"{', '.join(missing)} (columns: {', '.join(names)})")
+    label = cols.label if cols.label in names else None
+    source = (ParquetRawSource(path, 1 << 16, "train", 0.0, data.on_bad_record, label,
+                               columns=wanted) if parquet
+              else CsvRawSource(path, 1 << 16, "train", 0.0, data.on_bad_record, data.csv,
+                                dict(data.schema), label))
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in ("user", "item", "time", "row",
+                                                           "label", *cols.item_features)}
+    bad = 0
+    for task in source.tasks():
+        batch, rows = source.build_rows(task, wanted)  # type: ignore[attr-defined]
+        bad += batch.bad_records
+        c = batch.columns
+        ok = np.ones(batch.num_rows, np.bool_)
+        for name in roles.values():
+            if name:
+                ok &= c[name].present_mask()
+        if not ok.all():
+            if data.on_bad_record == "fail":
+                r = int(rows[np.flatnonzero(~ok)[0]])
+                raise DataError(f"{path}: row {r} (0-based): no {', '.join(n for n in wanted)}"
+                                " value (the user, item and time are needed)")
+            bad += int((~ok).sum())
+        for role in ("user", "item"):
+            parts[role].append(_ids(c[roles[role]], cols, role)[ok])  # type: ignore[index]
+        parts["time"].append(_time(c[cols.time], path)[ok] if cols.time else rows[ok])
+        parts["row"].append(rows[ok])
+        parts["label"].append(batch.labels[ok])
+        for f in cols.item_features:
+            parts[f].append(_ids(c[f], cols, f)[ok])
+    if not parts["row"] or sum(len(r) for r in parts["row"]) == 0:
+        raise DataError(f"{path}: no interactions")
+    cat = {k: np.concatenate(v) for k, v in parts.items()}
+    return _sorted(cat["user"], cat["item"], cat["time"], cat["row"],
+                   cat["label"] if label else None,
+                   {f: cat[f] for f in cols.item_features}, bad)
+
+
+def _ids(col: Column, cols: ColumnsConfig, role: str) -> np.ndarray:
+    """One ID per row (0 where missing) of a user, item or item-feature column."""
+    ids, lengths = column_ids(col, column_seed(cols.hash_seed, role))
+    out = np.zeros(len(lengths), np.int64)
+    out[lengths > 0] = ids
+    return out
+
+
+def _time(col: Column, path: str) -> np.ndarray:
+    if col.kind == INT:
+        return col.values.astype(np.int64)
+    if col.kind == FLOAT:
+        return np.nan_to_num(col.values).astype(np.int64)
+    raise DataError(f"{path}: data.columns.time: the time column holds {col.kind} values; give "
+                    "numbers (unix seconds, or any increasing count)")
