@@ -100,6 +100,15 @@ def test_feature_without_data_column_fails_at_startup(tmp_path):
         Trainer(load_config(_write(tmp_path, cfg)))
 
 
+def test_regularisation_keys_load_and_default_to_off(tmp_path):
+    raw = copy.deepcopy(BASE)
+    raw["tables"][0]["optimizer"] = {"kind": "sgd", "lr": 0.1, "l2": 1e-4}
+    cfg = load_config(_write(tmp_path, raw))
+    assert cfg.tables[0].optimizer.l2 == 1e-4
+    plain = load_config(_write(tmp_path, BASE))  # a config from before these keys: all off
+    assert plain.tables[0].optimizer.l2 == 0.0
+
+
 def test_parse_bytes():
     assert parse_bytes("2GiB", "k") == 2 * 2**30
     assert parse_bytes("512MB", "k") == 512 * 10**6
@@ -124,6 +133,8 @@ def test_missing_config_file(tmp_path):
         (["tables", 0, "init"], {"low": 0.1, "high": -0.1}, "tables[0].init.low:"),
         (["model", "bottom"], [-8, 4], "model.bottom[0]:"),
         (["model", "dense_optimizer"], {"lr": -0.01}, "model.dense_optimizer.lr:"),
+        # regularisation (issue 15)
+        (["tables", 0, "optimizer"], {"l2": -0.1}, "tables[0].optimizer.l2:"),
         (["train", "log_every"], 0, "train.log_every:"),
         (["train", "threads"], -1, "train.threads:"),
         (["train", "seed"], 2**64, "train.seed:"),
@@ -166,6 +177,8 @@ def _populated():
     cfg.data.columns = ColumnsConfig()  # (optional sections)
     cfg.data.split = SplitConfig()
     fill(cfg)
+    # (the regularisation keys: numeric, with non-zero values)
+    cfg.tables[0].optimizer.l2 = 1e-3
     assert cfg.store.device.rows == 1 and cfg.train.threads == 1
     return cfg
 

@@ -110,6 +110,7 @@ BOUNDS: dict[str, Bound] = {
     "tables[*].optimizer.beta1": FRACTION,
     "tables[*].optimizer.beta2": FRACTION,
     "tables[*].optimizer.initial_accumulator": AT_LEAST_0,
+    "tables[*].optimizer.l2": AT_LEAST_0,
     "tables[*].init.low": FINITE,
     "tables[*].init.high": FINITE,
     "tables[*].init.std": AT_LEAST_0,
