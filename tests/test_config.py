@@ -100,6 +100,18 @@ def test_feature_without_data_column_fails_at_startup(tmp_path):
         Trainer(load_config(_write(tmp_path, cfg)))
 
 
+def test_regularisation_keys_load_and_default_to_off(tmp_path):
+    raw = copy.deepcopy(BASE)
+    raw["model"].update(dropout=0.25, dense_optimizer={"kind": "adam", "weight_decay": 0.01})
+    raw["tables"][0]["optimizer"] = {"kind": "sgd", "lr": 0.1, "l2": 1e-4}
+    cfg = load_config(_write(tmp_path, raw))
+    assert cfg.model.dropout == 0.25 and cfg.model.dense_optimizer.weight_decay == 0.01
+    assert cfg.tables[0].optimizer.l2 == 1e-4
+    plain = load_config(_write(tmp_path, BASE))  # a config from before these keys: all off
+    assert plain.model.dropout == 0.0 and plain.model.dense_optimizer.weight_decay == 0.0
+    assert plain.tables[0].optimizer.l2 == 0.0
+
+
 def test_parse_bytes():
     assert parse_bytes("2GiB", "k") == 2 * 2**30
     assert parse_bytes("512MB", "k") == 512 * 10**6
@@ -124,6 +136,12 @@ def test_missing_config_file(tmp_path):
         (["tables", 0, "init"], {"low": 0.1, "high": -0.1}, "tables[0].init.low:"),
         (["model", "bottom"], [-8, 4], "model.bottom[0]:"),
         (["model", "dense_optimizer"], {"lr": -0.01}, "model.dense_optimizer.lr:"),
+        # regularisation (issue 15)
+        (["tables", 0, "optimizer"], {"l2": -0.1}, "tables[0].optimizer.l2:"),
+        (["model", "dense_optimizer"], {"weight_decay": -1e-4},
+         "model.dense_optimizer.weight_decay:"),
+        (["model", "dropout"], 1.0, "model.dropout:"),
+        (["model", "dropout"], -0.1, "model.dropout:"),
         (["train", "log_every"], 0, "train.log_every:"),
         (["train", "threads"], -1, "train.threads:"),
         (["train", "seed"], 2**64, "train.seed:"),
@@ -175,6 +193,9 @@ def _populated():
     cfg.data.shuffle = ShuffleConfig()
     cfg.data.negatives = NegativesConfig()
     fill(cfg)
+    cfg.model.dropout = 0.1  # (the regularisation keys: numeric, with non-zero values)
+    cfg.model.dense_optimizer.weight_decay = 1e-4
+    cfg.tables[0].optimizer.l2 = 1e-3
     assert cfg.store.device.rows == 1 and cfg.train.threads == 1
     return cfg
 

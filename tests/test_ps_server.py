@@ -23,6 +23,8 @@ TABLES = [
     TableConfig("rwa", dim=8, optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=0.05,
                                                         initial_accumulator=0.1), seed=2),
     TableConfig("adam", dim=4, optimizer=OptimizerConfig(kind="adam", lr=0.01), seed=3),
+    # tables[*].optimizer.l2 reaches the shards' kernels (REGISTER carries the whole config)
+    TableConfig("l2", dim=8, optimizer=OptimizerConfig(kind="adagrad", lr=0.05, l2=0.1), seed=4),
 ]
 BY_NAME = {t.name: t for t in TABLES}
 
@@ -58,7 +60,7 @@ def _width(cfg):
     return ResidentTable(cfg, torch.device("cpu")).width
 
 
-@pytest.mark.parametrize("name", ["sgd", "rwa", "adam"])
+@pytest.mark.parametrize("name", ["sgd", "rwa", "adam", "l2"])
 def test_pull_initialises_like_initial_rows_and_push_matches_the_trainer(client, name):
     cfg = BY_NAME[name]
     rng = np.random.default_rng(7)
@@ -279,3 +281,23 @@ def test_curve_keygen_and_refusal(tmp_path):
             with pytest.raises(PSAuthError, match="CURVE"):
                 bad.pull("sgd", np.arange(4, dtype=np.int64))
     assert all(_gone(p) for p in sh.pids)
+
+
+def test_a_table_config_from_before_l2_loads_with_l2_0_and_a_negative_l2_is_refused():
+    """REGISTER requests and snapshot manifests written before ``optimizer.l2`` existed carry
+    no such key: the table loads with l2 = 0, and re-registers against today's default."""
+    import dataclasses
+
+    from cosparse.config import ConfigError
+    from cosparse.ps.table_config import canonical_config, table_config_from_dict
+
+    old = dataclasses.asdict(BY_NAME["sgd"])
+    del old["optimizer"]["l2"]
+    cfg = table_config_from_dict(old)
+    assert cfg.optimizer.l2 == 0.0
+    assert canonical_config(cfg) == canonical_config(BY_NAME["sgd"])
+    assert canonical_config(BY_NAME["l2"])["optimizer"]["l2"] == pytest.approx(0.1)
+    bad = dataclasses.asdict(BY_NAME["l2"])
+    bad["optimizer"]["l2"] = -0.1
+    with pytest.raises(ConfigError, match=r"table 'l2': optimizer\.l2 must be >= 0"):
+        table_config_from_dict(bad)

@@ -114,6 +114,7 @@ BOUNDS: dict[str, Bound] = {
     "tables[*].optimizer.beta1": FRACTION,
     "tables[*].optimizer.beta2": FRACTION,
     "tables[*].optimizer.initial_accumulator": AT_LEAST_0,
+    "tables[*].optimizer.l2": AT_LEAST_0,
     "tables[*].init.low": FINITE,
     "tables[*].init.high": FINITE,
     "tables[*].init.std": AT_LEAST_0,
@@ -127,7 +128,9 @@ BOUNDS: dict[str, Bound] = {
     "model.cross_rank": WIDTH,
     "model.din.attention[*]": WIDTH,
     "model.din.mlp[*]": WIDTH,
+    "model.dropout": FRACTION,
     "model.dense_optimizer.lr": AT_LEAST_0,  # 0: a frozen dense model (exactness checks)
+    "model.dense_optimizer.weight_decay": AT_LEAST_0,
     # store, supply, network
     "store.device.budget_bytes": AT_LEAST_1,
     "store.device.rows": SLOTS,

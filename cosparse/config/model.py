@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 class DenseOptimizerConfig:
     kind: Literal["adagrad", "sgd", "adam"] = "adagrad"
     lr: float = 0.01
+    # L2 weight decay of the dense parameters: adagrad and sgd add weight_decay * w to the
+    # gradient (torch's weight_decay); adam decays decoupled from the adaptive step (AdamW)
+    weight_decay: float = 0.0
 
 
 @dataclass
@@ -38,6 +41,9 @@ class ModelConfig:
     cross_layers: int = 2  # DCN-v2
     cross_rank: int | None = None  # DCN-v2 low-rank cross; None = full matrix
     din: DINConfig = field(default_factory=DINConfig)
+    # dropout after every hidden activation of the dense towers (DLRM bottom and top, the DeepFM
+    # and DCN deep towers, DIN's output MLP); masks follow (train.seed, rank, step), off at eval
+    dropout: float = 0.0
     dense_optimizer: DenseOptimizerConfig = field(default_factory=DenseOptimizerConfig)
 
 

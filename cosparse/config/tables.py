@@ -20,6 +20,9 @@ class OptimizerConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     initial_accumulator: float = 0.0
+    # L2 regularisation of the rows a batch touches: their gradient gets l2 * row added before
+    # the update, inside the kernel (rows no batch touches do not decay)
+    l2: float = 0.0
 
 
 @dataclass

@@ -7,7 +7,8 @@ with an MLP over ``[q, k, q - k, q * k]``; the first layer is applied in the equ
 ``(W_q + W_d) q + (W_k - W_d) k + W_p (q * k)``, so the per-sample part is computed once per sample,
 not once per element. Weights are unnormalised as in the paper (``normalize: none``) or a softmax
 over each sample's sequence (``normalize: softmax``). The attended history, the targets and every
-other feature (sum-pooled when unpooled) and the dense features feed the output MLP.
+other feature (sum-pooled when unpooled) and the dense features feed the output MLP, the model's
+dense tower (with ``model.dropout`` after its hidden activations; the attention unit has none).
 
 Everything runs on the jagged layout with segment ops (``embedding_bag`` with per-sample weights,
 ``repeat_interleave``, ``index_select``): no Python loop over samples or elements.
@@ -21,7 +22,9 @@ from torch import nn
 
 from cosparse.batch import SparseBatch
 from cosparse.config import ConfigError, DINConfig
+from cosparse.nn.dropout import TowerDropout
 from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.towers import mlp
 from cosparse.nn.types import Jagged, PreparedBatch
 
 
@@ -88,11 +91,13 @@ class TargetAttention(nn.Module):
 class DIN(nn.Module):
     """DIN over an EmbeddingCollection: one logit per sample."""
 
-    def __init__(self, ec: EmbeddingCollection, num_dense: int, cfg: DINConfig) -> None:
+    def __init__(self, ec: EmbeddingCollection, num_dense: int, cfg: DINConfig,
+                 dropout: TowerDropout | None = None) -> None:
         super().__init__()
         self.ec = ec
         self.num_dense = num_dense
         self.features = ec.features
+        self.dropout = dropout  # the output MLP's, re-seeded by the trainer every step
         if not cfg.pairs:
             raise ConfigError("model.din.pairs: DIN needs at least one [target, history] pair")
         for j, pair in enumerate(cfg.pairs):
@@ -114,13 +119,7 @@ class DIN(nn.Module):
         d = sum(ec.dim_of(f) for f in self.targets)
         self.attention = TargetAttention(d, cfg.attention, cfg.normalize)
         width = num_dense + sum(ec.dim_of(f) for f in self.others) + 2 * d
-        sizes = [width, *cfg.mlp, 1]
-        layers: list[nn.Module] = []
-        for i in range(len(sizes) - 1):
-            layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-            if i < len(sizes) - 2:
-                layers.append(nn.ReLU())
-        self.mlp = nn.Sequential(*layers)
+        self.mlp = mlp([width, *cfg.mlp, 1], last_activation=False, dropout=dropout)
 
     def forward(self, batch: SparseBatch | PreparedBatch) -> torch.Tensor:
         raw = batch.batch if isinstance(batch, PreparedBatch) else batch

@@ -9,30 +9,26 @@ from torch import nn
 
 from cosparse.batch import SparseBatch
 from cosparse.config import Config, ConfigError
+from cosparse.nn.dropout import TowerDropout
 from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.towers import mlp
 from cosparse.nn.types import PreparedBatch
 
 if TYPE_CHECKING:
     from cosparse.nn.din import DIN
 
 
-def mlp(sizes: list[int], last_activation: bool) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2 or last_activation:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
-
-
 class RecModel(nn.Module):
-    """Base: owns the embedding collection; subclasses map (dense, pooled) to one logit."""
+    """Base: owns the embedding collection; subclasses map (dense, pooled) to one logit.
+    ``dropout``: the towers' dropout (None: none), re-seeded by the trainer every step."""
 
-    def __init__(self, ec: EmbeddingCollection, num_dense: int) -> None:
+    def __init__(self, ec: EmbeddingCollection, num_dense: int,
+                 dropout: TowerDropout | None = None) -> None:
         super().__init__()
         self.ec = ec
         self.num_dense = num_dense
         self.features = ec.features
+        self.dropout = dropout
 
     def forward(self, batch: SparseBatch | PreparedBatch) -> torch.Tensor:
         raw = batch.batch if isinstance(batch, PreparedBatch) else batch
@@ -58,15 +54,17 @@ class _Constant(nn.Module):
 class DLRM(RecModel):
     """Bottom MLP on dense features, pairwise dot interaction, top MLP."""
 
-    def __init__(self, ec: EmbeddingCollection, num_dense: int, bottom: list[int], top: list[int]):
-        super().__init__(ec, num_dense)
+    def __init__(self, ec: EmbeddingCollection, num_dense: int, bottom: list[int], top: list[int],
+                 dropout: TowerDropout | None = None):
+        super().__init__(ec, num_dense, dropout)
         # no dense features: the bottom "MLP" is a learned vector (an MLP of no inputs is its
         # last bias, through the activation)
-        self.bottom = (mlp([num_dense, *bottom], last_activation=True) if num_dense
-                       else _Constant(bottom[-1]))
+        self.bottom = (mlp([num_dense, *bottom], last_activation=True, dropout=dropout)
+                       if num_dense else _Constant(bottom[-1]))
         n = len(self.features) + 1
         self.register_buffer("_tri", torch.triu_indices(n, n, offset=1), persistent=False)
-        self.top = mlp([bottom[-1] + n * (n - 1) // 2, *top], last_activation=False)
+        self.top = mlp([bottom[-1] + n * (n - 1) // 2, *top], last_activation=False,
+                       dropout=dropout)
 
     def interact(self, dense, embs):
         x = self.bottom(dense)
@@ -79,15 +77,16 @@ class DLRM(RecModel):
 class DeepFM(RecModel):
     """FM second-order term + first-order terms + a deep tower over the embeddings and dense."""
 
-    def __init__(self, ec: EmbeddingCollection, num_dense: int, deep: list[int]):
-        super().__init__(ec, num_dense)
+    def __init__(self, ec: EmbeddingCollection, num_dense: int, deep: list[int],
+                 dropout: TowerDropout | None = None):
+        super().__init__(ec, num_dense, dropout)
         dim = ec.dim_of(self.features[0])
         nf = len(self.features)
         # no dense features (a feature-platform consumer may have none): no dense first-order term
         self.first_order_dense = nn.Linear(num_dense, 1) if num_dense else None
         # first-order weight of a sparse feature: a learned projection of its embedding
         self.first_order_sparse = nn.Parameter(torch.zeros(nf, dim))
-        self.deep = mlp([num_dense + nf * dim, *deep, 1], last_activation=False)
+        self.deep = mlp([num_dense + nf * dim, *deep, 1], last_activation=False, dropout=dropout)
 
     def interact(self, dense, embs):
         e = torch.stack(embs, dim=1)  # [B, F, D]
@@ -118,11 +117,12 @@ class CrossLayer(nn.Module):
 class DCNv2(RecModel):
     """Cross network (stacked) followed by a deep tower, over [dense, embeddings]."""
 
-    def __init__(self, ec, num_dense, cross_layers: int, rank: int | None, deep: list[int]):
-        super().__init__(ec, num_dense)
+    def __init__(self, ec, num_dense, cross_layers: int, rank: int | None, deep: list[int],
+                 dropout: TowerDropout | None = None):
+        super().__init__(ec, num_dense, dropout)
         d = num_dense + sum(ec.dim_of(f) for f in self.features)
         self.cross = nn.ModuleList(CrossLayer(d, rank) for _ in range(cross_layers))
-        self.deep = mlp([d, *deep, 1], last_activation=False)
+        self.deep = mlp([d, *deep, 1], last_activation=False, dropout=dropout)
 
     def interact(self, dense, embs):
         x0 = torch.cat([dense, *embs], dim=1)
@@ -141,16 +141,18 @@ def build_model(cfg: Config, num_dense: int, device: torch.device) -> RecModel |
         admit_after=cfg.store.admit_after,
     )
     m = cfg.model
+    # the towers' dropout: masks from (train.seed, rank, step), whatever the placement
+    drop = TowerDropout(m.dropout, cfg.train.seed) if m.dropout else None
     if m.kind == "dlrm":
-        model: RecModel = DLRM(ec, num_dense, m.bottom, m.top)
+        model: RecModel = DLRM(ec, num_dense, m.bottom, m.top, drop)
     elif m.kind == "deepfm":
-        model = DeepFM(ec, num_dense, m.deep)
+        model = DeepFM(ec, num_dense, m.deep, drop)
     elif m.kind == "dcn":
-        model = DCNv2(ec, num_dense, m.cross_layers, m.cross_rank, m.deep)
+        model = DCNv2(ec, num_dense, m.cross_layers, m.cross_rank, m.deep, drop)
     elif m.kind == "din":
         from cosparse.nn.din import DIN
 
-        return DIN(ec, num_dense, m.din).to(device)
+        return DIN(ec, num_dense, m.din, drop).to(device)
     else:  # pragma: no cover - config validation rejects it first
         raise ConfigError(f"model.kind: unknown model '{m.kind}'")
     return model.to(device)

@@ -30,6 +30,7 @@ class SparseOptimizer:
         self.kind = cfg.kind
         self.lr = np.float32(cfg.lr)
         self.eps = np.float32(cfg.eps)
+        self.l2 = np.float32(cfg.l2)
         self.beta1 = np.float32(cfg.beta1)
         self.beta2 = np.float32(cfg.beta2)
         self.initial_state = np.float32(cfg.initial_accumulator if "adagrad" in cfg.kind else 0.0)
@@ -58,21 +59,23 @@ class SparseOptimizer:
     def _update_numba(self, w, s, g, step, dest, slots) -> None:
         k = self.kind
         if k == "sgd":
-            kernels.sgd_update(w, s, g, dest, slots, self.lr)
+            kernels.sgd_update(w, s, g, dest, slots, self.lr, self.l2)
         elif k == "adagrad":
-            kernels.adagrad_update(w, s, g, dest, slots, self.lr, self.eps)
+            kernels.adagrad_update(w, s, g, dest, slots, self.lr, self.eps, self.l2)
         elif k == "rowwise_adagrad":
-            kernels.rowwise_adagrad_update(w, s, g, dest, slots, self.lr, self.eps)
+            kernels.rowwise_adagrad_update(w, s, g, dest, slots, self.lr, self.eps, self.l2)
         else:
             c1, c2 = self._corrections(step)
             kernels.adam_update(
-                w, s, g, dest, slots, self.lr, self.eps, self.beta1, self.beta2, c1, c2
+                w, s, g, dest, slots, self.lr, self.eps, self.l2, self.beta1, self.beta2, c1, c2
             )
 
     def _update_torch(self, w, s, g, step, dest, slots) -> None:
         k = self.kind
         lr, eps = float(self.lr), float(self.eps)
         dim = w.shape[1]
+        if self.l2:  # the kernels' L2 term: g + l2 * w, on the touched rows
+            g = g + float(self.l2) * w
         if k == "sgd":
             new_w, new_s = w - lr * g, s
         elif k == "adagrad":

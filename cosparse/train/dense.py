@@ -16,10 +16,15 @@ def pick_device(name: str) -> torch.device:
 
 
 def make_dense_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
-    """The dense parameters' optimizer; an unknown ``model.dense_optimizer.kind`` is refused."""
+    """The dense parameters' optimizer; an unknown ``model.dense_optimizer.kind`` is refused.
+
+    ``weight_decay``: adagrad and sgd add ``weight_decay * w`` to the gradient (torch's L2
+    term); adam decays the weights decoupled from its adaptive step, as AdamW (Loshchilov and
+    Hutter), which is what a decay on Adam usually means. Without decay adam is torch's Adam."""
     o = cfg.model.dense_optimizer
-    kinds = {"adagrad": torch.optim.Adagrad, "sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+    kinds = {"adagrad": torch.optim.Adagrad, "sgd": torch.optim.SGD,
+             "adam": torch.optim.AdamW if o.weight_decay else torch.optim.Adam}
     if o.kind not in kinds:
         raise ConfigError(f"model.dense_optimizer.kind: {o.kind!r} is not one of "
                           f"{', '.join(map(repr, kinds))}")
-    return kinds[o.kind](params, lr=o.lr)
+    return kinds[o.kind](params, lr=o.lr, weight_decay=o.weight_decay)

@@ -336,6 +336,9 @@ class Trainer:
         updates back to where they live (a PS push). Returns the loss."""
         batch = prepared.batch
         self.model.train()
+        if self.model.dropout is not None:  # this step's masks: (train.seed, rank, step) only
+            self.model.dropout.begin_step(self.state.step + 1,
+                                          self.ranks.world.rank if self.ranks else 0)
         self.dense_opt.zero_grad(set_to_none=True)
         ec0 = dict(self.ec.stage_ms)
         t0 = time.perf_counter()
