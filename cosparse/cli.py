@@ -401,6 +401,25 @@ def _data_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_baseline(args: argparse.Namespace) -> int:
+    """``cosparse data baseline``: the AUC a model must beat on the config's own split."""
+    from cosparse.train.baseline import logistic_regression, popularity
+    from cosparse.train.inputs import model_inputs
+
+    inputs = model_inputs(load_config(args.config, {"data.path": args.data} if args.data else {}))
+    for note in inputs.notes:
+        print(note, file=sys.stderr)
+    if args.kind == "auto":
+        args.kind = "popularity" if "item" in inputs.train.keys else "logistic"
+    if args.kind == "popularity":
+        result = popularity(inputs.train, inputs.eval)
+    else:
+        result = logistic_regression(inputs.train, inputs.eval, epochs=args.epochs, lr=args.lr)
+    print(json.dumps({"baseline": args.kind, "auc": result.auc, "auc_se": result.auc_se,
+                      "eval_samples": result.eval_samples}))
+    return 0
+
+
 def _add_data(sub: argparse._SubParsersAction) -> None:
     dp = sub.add_parser("data", help="look at a data file before writing a config")
     dps = dp.add_subparsers(dest="data_command", required=True)
@@ -413,6 +432,16 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--batch-size", type=int, default=65536, help="rows read at a time")
     d.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     d.set_defaults(func=_data_describe)
+    b = dps.add_parser("baseline", help="the eval AUC of a simple baseline on the config's own "
+                                        "features and split: item popularity or logistic "
+                                        "regression over the hashed IDs")
+    b.add_argument("--config", required=True)
+    b.add_argument("--data", default=None, help="override data.path")
+    b.add_argument("--kind", choices=["auto", "popularity", "logistic"], default="auto",
+                   help="auto: popularity when the samples have an 'item' feature")
+    b.add_argument("--epochs", type=int, default=3, help="logistic: passes over the train split")
+    b.add_argument("--lr", type=float, default=0.05, help="logistic: Adagrad's learning rate")
+    b.set_defaults(func=_data_baseline)
 
 
 def build_parser() -> argparse.ArgumentParser:

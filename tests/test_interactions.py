@@ -149,3 +149,24 @@ def test_din_on_a_sequence_file_beats_item_popularity():
         t.close()
     print(f"DIN eval AUC {final['auc']:.4f}; item popularity {base.auc:.4f} +- {base.auc_se:.4f}")
     assert final["auc"] > base.auc + 2 * base.auc_se
+
+
+def test_the_baseline_command_scores_popularity_on_the_configs_split(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from cosparse.cli import main
+
+    rng = np.random.default_rng(1)
+    lines = [" ".join([str(u)] + [str(x) for x in rng.zipf(1.5, 10) % 50]) for u in range(60)]
+    (tmp_path / "seq.txt").write_text("\n".join(lines) + "\n")
+    raw = copy.deepcopy(RUN)
+    raw["data"].update(path=str(tmp_path / "seq.txt"), negatives={"per_positive": 2})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["data", "baseline", "--config", str(tmp_path / "c.yaml")]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    inputs = model_inputs(config_from_mapping(raw))
+    want = popularity(inputs.train, inputs.eval)
+    assert out == {"baseline": "popularity", "auc": want.auc, "auc_se": want.auc_se,
+                   "eval_samples": want.eval_samples}
