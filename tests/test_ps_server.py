@@ -271,13 +271,13 @@ def test_curve_keygen_and_refusal(tmp_path):
     with EmbeddedShards(1, TABLES[:1], tmp_path / "d", curve_dir=keys) as sh:
         with sh.client(timeout_s=10) as good:
             assert good.pull("sgd", np.arange(4, dtype=np.int64)).rows.shape == (4, 8)
-        # heartbeat_s 2: the refused handshake must be seen before 3 heartbeats of silence,
-        # also on a loaded machine
-        with PSClient(sh.endpoints, timeout_s=10, heartbeat_s=2.0) as anon:
+        # heartbeat_s 5: the refused handshake must be seen before 3 heartbeats of silence,
+        # also on a machine loaded enough to delay it past 6 s (seen beside two other test runs)
+        with PSClient(sh.endpoints, timeout_s=20, heartbeat_s=5.0) as anon:
             with pytest.raises(PSAuthError, match="CURVE"):
                 anon.pull("sgd", np.arange(4, dtype=np.int64))
         stranger = (other["client_secret"], keys / "server.key")
-        with PSClient(sh.endpoints, timeout_s=10, heartbeat_s=2.0, curve=stranger) as bad:
+        with PSClient(sh.endpoints, timeout_s=20, heartbeat_s=5.0, curve=stranger) as bad:
             with pytest.raises(PSAuthError, match="CURVE"):
                 bad.pull("sgd", np.arange(4, dtype=np.int64))
     assert all(_gone(p) for p in sh.pids)
