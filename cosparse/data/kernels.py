@@ -237,3 +237,15 @@ def zipf_ids(u: np.ndarray, lengths: np.ndarray, num_features: int, batch_size: 
                     wsum[b] += hidden_weight(idv)
                 k += 1
     return values, wsum
+
+
+@numba.njit(cache=True, nogil=True)
+def take_lines(buf, starts, sel, out):
+    """Copy lines ``sel`` of ``buf`` (line i is ``buf[starts[i]:starts[i + 1]]``) back to back
+    into ``out``, in the order of ``sel``; returns the bytes written."""
+    o = 0
+    for j in range(sel.shape[0]):
+        a, b = starts[sel[j]], starts[sel[j] + 1]
+        out[o:o + b - a] = buf[a:b]
+        o += b - a
+    return o

@@ -16,6 +16,7 @@ from typing import BinaryIO
 import numpy as np
 
 from cosparse.data.errors import DataError
+from cosparse.data.kernels import take_lines
 
 BLOCK_BYTES = 4 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -157,8 +158,7 @@ class LineBlock:
 
     def take(self, sel: np.ndarray) -> bytes:
         """Lines ``sel`` (0-based within the block), in that order, as one bytes."""
-        a, b = self.starts[sel], self.starts[sel + 1]
-        lengths = b - a
-        out_start = np.cumsum(lengths) - lengths
-        idx = np.repeat(a - out_start, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-        return self.buf[idx].tobytes()
+        sel = np.ascontiguousarray(sel, np.int64)
+        out = np.empty(int((self.starts[sel + 1] - self.starts[sel]).sum()), np.uint8)
+        take_lines(self.buf, self.starts, sel, out)
+        return out.tobytes()
