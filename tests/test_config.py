@@ -143,7 +143,13 @@ def _populated():
     import dataclasses
     import typing
 
-    from cosparse.config import ColumnsConfig, ModelEntry, SplitConfig, TableConfig
+    from cosparse.config import (
+        ColumnsConfig,
+        EarlyStopConfig,
+        ModelEntry,
+        SplitConfig,
+        TableConfig,
+    )
 
     def fill(obj):
         hints = typing.get_type_hints(type(obj))
@@ -165,6 +171,7 @@ def _populated():
     cfg.models = [ModelEntry(name="m", model=cfg.model, tables=[TableConfig(name="x")])]
     cfg.data.columns = ColumnsConfig()  # (optional sections)
     cfg.data.split = SplitConfig()
+    cfg.train.early_stop = EarlyStopConfig()
     fill(cfg)
     assert cfg.store.device.rows == 1 and cfg.train.threads == 1
     return cfg
