@@ -1,5 +1,5 @@
 """The run summary (whole-run figures beside the last interval's), one evaluation per step,
-undefined metrics as null."""
+undefined metrics as null, and where `cosparse train` writes its metrics file."""
 
 import copy
 import json
@@ -7,7 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
+from cosparse.cli import main
 from cosparse.config import config_from_mapping
 from cosparse.train.trainer import Trainer
 
@@ -81,3 +83,48 @@ def test_a_run_with_no_step_to_train_writes_its_undefined_loss_as_null(tmp_path)
     assert final["last_interval"] is None
     written = _records(tmp_path / "m.jsonl")[-1]
     assert written["kind"] == "final" and written["loss"] is None
+
+
+def _config(tmp_path, **train):
+    raw = copy.deepcopy(RUN)
+    raw["train"].update(steps=6, log_every=3, checkpoint={"dir": str(tmp_path / "ck"),
+                                                          "every": 3}, **train)
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    return str(p)
+
+
+def test_a_run_without_a_metrics_path_gets_a_fresh_run_directory_and_resume_appends(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    cfg = _config(tmp_path)
+    assert main(["train", "--config", cfg, "--no-progress", "--steps", "3"]) == 0
+    assert main(["train", "--config", cfg, "--no-progress", "--steps", "3"]) == 0
+    runs = sorted((tmp_path / "runs").iterdir())  # (the second: the same name, "-2")
+    assert [r.name.split("-small")[1] for r in runs] == ["", "-2"]
+    for r in runs:
+        assert [x["kind"] for x in _records(r / "metrics.jsonl")].count("final") == 1
+    # the checkpoint (the second run's) names its run's file: a resume appends there
+    capsys.readouterr()
+    assert main(["train", "--config", cfg, "--no-progress", "--resume", str(tmp_path / "ck")]) == 0
+    assert f"metrics: {runs[1] / 'metrics.jsonl'}" in capsys.readouterr().out
+    after = _records(runs[1] / "metrics.jsonl")
+    assert [r["kind"] for r in after].count("final") == 2 and after[-1]["step"] == 6
+    assert len(list((tmp_path / "runs").iterdir())) == 2
+
+
+def test_a_fresh_run_refuses_a_metrics_file_with_content_unless_appending(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    m = tmp_path / "m.jsonl"
+    cfg = _config(tmp_path, metrics_json=str(m))
+    assert main(["train", "--config", cfg, "--no-progress"]) == 0
+    before = m.read_text()
+    capsys.readouterr()
+    assert main(["train", "--config", cfg, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"train.metrics_json: {m} already holds" in err and "--append" in err
+    assert m.read_text() == before  # nothing written
+    assert main(["train", "--config", cfg, "--no-progress", "--append"]) == 0
+    assert [r["kind"] for r in _records(m)].count("final") == 2
+    assert not (tmp_path / "runs").exists()
