@@ -136,3 +136,27 @@ def test_early_stopping_is_refused_for_a_multi_model_run():
     path = Path(__file__).resolve().parents[1] / "configs/criteo_multi.yaml"
     with pytest.raises(ConfigError, match="train.early_stop: the models of a multi-model run"):
         load_config(path, {"train.early_stop": {"every": 5}})
+
+
+def test_a_resumed_run_compares_with_the_best_before_it(tmp_path):
+    """Cut after 20 steps (the run ends on its best checkpoint) and resumed: it stops where the
+    uninterrupted run stops, with the same best, because the best came across the resume."""
+    es = {"metric": "auc", "patience": 3, "every": 4}
+
+    def train(root, steps, resume=False):
+        raw = _raw(root, early_stop=es, keep_best=True)
+        raw["train"]["steps"] = steps
+        t = Trainer(config_from_mapping(raw), log=lambda m: None)
+        try:
+            if resume:
+                t.resume(str(root / "ck"))
+            return t.run()
+        finally:
+            t.close()
+
+    whole = train(tmp_path / "whole", 120)
+    part = train(tmp_path / "part", 20)
+    assert part["early_stopped_at"] is None and part["best_step"] < 20
+    again = train(tmp_path / "part", 120, resume=True)
+    assert (again["best_step"], again["best_metric"], again["early_stopped_at"]) == \
+        (whole["best_step"], whole["best_metric"], whole["early_stopped_at"])

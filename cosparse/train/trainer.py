@@ -44,6 +44,8 @@ from cosparse.store.tiered import TieredTable
 from cosparse.supply.paths import make_supply_path
 from cosparse.supply.types import PathContext, SnapshotMismatch
 from cosparse.train.checkpoint import (
+    BEST,
+    BEST_STATE,
     CheckpointError,
     TrainState,
     load_checkpoint,
@@ -267,14 +269,14 @@ class Trainer:
     def _best_root(self) -> Path | None:
         """Where ``train.keep_best`` keeps the best evaluation's checkpoint."""
         ck = self.cfg.train.checkpoint.dir
-        return Path(ck) / "best" if ck and self.cfg.train.keep_best else None
+        return Path(ck) / BEST if ck and self.cfg.train.keep_best else None
 
     def resume(self, path: str) -> None:
         self._eval_at = None
         self._load(path)
         best = self._best_root()
-        if self.early is not None and best is not None and (best / "best.json").exists():
-            self.early.load_state(json.loads((best / "best.json").read_text()))
+        if self.early is not None and best is not None and (best / BEST_STATE).exists():
+            self.early.load_state(json.loads((best / BEST_STATE).read_text()))
 
     def _load(self, path: str) -> None:
         """The state of the checkpoint at ``path`` (a directory, or a root with LATEST)."""
@@ -596,9 +598,9 @@ class Trainer:
         assert root is not None and self.early is not None
         self.save(str(root), keep=1)
         if self.ranks is None or self.ranks.world.leader:
-            tmp = root / ".best.json.tmp"
+            tmp = root / f".{BEST_STATE}.tmp"
             tmp.write_text(json.dumps(self.early.state(), sort_keys=True))
-            os.replace(tmp, root / "best.json")
+            os.replace(tmp, root / BEST_STATE)
 
     def _cumulative(self) -> dict[str, Any]:
         """The run's counts so far (not deltas): bad records, skipped batches, features
