@@ -34,13 +34,16 @@ def _raw(tmp_path, **train):
 
 
 @pytest.mark.parametrize("preset, metric", [("resident", "auc"), ("resident", "logloss"),
-                                            ("arch-a", "auc")])
+                                            ("arch-a", "auc"), ("arch-b", "auc")])
 def test_an_overfitting_run_stops_and_ends_on_its_best_checkpoint(tmp_path, preset, metric):
     raw = _raw(tmp_path, early_stop={"metric": metric, "patience": 3, "every": 4},
                keep_best=True)
     raw["preset"] = preset
-    if preset == "arch-a":  # the PS snapshots its rows; checkpoints name the snapshots
-        raw["store"] = {"remote": {"num_shards": 2, "data_dir": str(tmp_path / "ps")}}
+    if preset != "resident":  # the PS snapshots its rows; checkpoints name the snapshots
+        raw["store"] = {"remote": {"num_shards": 1, "data_dir": str(tmp_path / "ps")}}
+    if preset == "arch-b":  # tiers over the PS, the workers deliver the cold rows
+        raw["store"].update(device={"rows": 1024}, host={"rows": 4096})
+        raw["data"]["workers"] = 1
     logs: list[str] = []
     t = Trainer(config_from_mapping(raw), log=logs.append)
     try:
@@ -65,7 +68,7 @@ def test_an_overfitting_run_stops_and_ends_on_its_best_checkpoint(tmp_path, pres
     again = copy.deepcopy(raw)
     again["train"].pop("early_stop")
     again["train"].update(keep_best=False, metrics_json=None)
-    if preset == "arch-a":
+    if preset != "resident":
         again["store"]["remote"]["data_dir"] = str(tmp_path / "ps")
     check = Trainer(config_from_mapping(again), log=lambda m: None)
     try:
