@@ -100,8 +100,8 @@ def test_a_run_without_a_metrics_path_gets_a_fresh_run_directory_and_resume_appe
     cfg = _config(tmp_path)
     assert main(["train", "--config", cfg, "--no-progress", "--steps", "3"]) == 0
     assert main(["train", "--config", cfg, "--no-progress", "--steps", "3"]) == 0
-    runs = sorted((tmp_path / "runs").iterdir())  # (the second: the same name, "-2")
-    assert [r.name.split("-small")[1] for r in runs] == ["", "-2"]
+    runs = sorted((tmp_path / "runs").iterdir())  # (the second: a later time, or "-2")
+    assert len(runs) == 2 and all("-small" in r.name for r in runs)
     for r in runs:
         assert [x["kind"] for x in _records(r / "metrics.jsonl")].count("final") == 1
     # the checkpoint (the second run's) names its run's file: a resume appends there
@@ -128,3 +128,13 @@ def test_a_fresh_run_refuses_a_metrics_file_with_content_unless_appending(
     assert main(["train", "--config", cfg, "--no-progress", "--append"]) == 0
     assert [r["kind"] for r in _records(m)].count("final") == 2
     assert not (tmp_path / "runs").exists()
+
+
+def test_run_directories_started_in_the_same_second_are_two(tmp_path, monkeypatch):
+    from cosparse.train import metrics_path
+
+    monkeypatch.setattr(metrics_path.time, "strftime", lambda fmt: "20260101-000000")
+    a = metrics_path.fresh_run_dir("x/small.yaml", tmp_path / "runs")
+    b = metrics_path.fresh_run_dir("x/small.yaml", tmp_path / "runs")
+    assert (a.name, b.name) == ("20260101-000000-small", "20260101-000000-small-2")
+    assert a.is_dir() and b.is_dir()
