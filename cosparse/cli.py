@@ -28,6 +28,13 @@ def _train(args: argparse.Namespace) -> int:
     if args.no_progress:
         overrides["train.progress"] = False
     cfg = load_config(args.config, overrides)
+    if os.environ.get("RANK", "0") == "0":  # (under torchrun rank 0 alone writes metrics)
+        from tqdm import tqdm
+
+        from cosparse.train.metrics_path import choose_metrics_path
+
+        cfg.train.metrics_json = choose_metrics_path(cfg, args.config, args.resume, args.append)
+        tqdm.write(f"metrics: {cfg.train.metrics_json}")
     if args.fresh:  # before any shard starts: they would restore what is discarded here
         from tqdm import tqdm
 
@@ -450,7 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a model from a YAML config")
     t.add_argument("--config", required=True)
     t.add_argument("--steps", type=int, default=None, help="override train.steps")
-    t.add_argument("--metrics-json", default=None, help="write metrics as JSON lines here")
+    t.add_argument("--metrics-json", default=None,
+                   help="write metrics as JSON lines here (default train.metrics_json, else a "
+                        "new runs/<time>-<config>/metrics.jsonl)")
+    t.add_argument("--append", action="store_true",
+                   help="a fresh run may add its metrics to a metrics file that already holds "
+                        "an earlier run's (refused otherwise; --resume always appends)")
     start = t.add_mutually_exclusive_group()
     start.add_argument("--resume", default=None, help="checkpoint dir (or root with LATEST) to resume")
     start.add_argument("--fresh", action="store_true",

@@ -93,7 +93,8 @@ def test_bad_live_knobs_are_config_errors(knobs, why):
         config_from_mapping(raw)
 
 
-def test_cosparse_train_runs_the_live_agent(tmp_path, capsys):
+def test_cosparse_train_runs_the_live_agent(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (its metrics directory under runs/ there)
     raw = copy.deepcopy(POOR)
     raw["train"].update(steps=30, autotune={"knobs": ["supply.lookahead"], "every": 8,
                                             "journal": str(tmp_path / "j.log")})

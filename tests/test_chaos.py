@@ -113,9 +113,11 @@ class Driver:
     def _command(self) -> list[str]:
         if (self.root / "ckpt" / "LATEST").exists():
             return [*CLI, "--config", self.config, "--resume", str(self.root / "ckpt")]
+        # killed before the first checkpoint: the run starts again, its lines after the killed
+        # start's in the one metrics file
         if (self.root / "ps").exists() and any((self.root / "ps").rglob("*")):
-            return [*CLI, "--config", self.config, "--fresh"]
-        return [*CLI, "--config", self.config]
+            return [*CLI, "--config", self.config, "--fresh", "--append"]
+        return [*CLI, "--config", self.config, "--append"]
 
     def _kill(self, trainer: subprocess.Popen, step: int, target: str) -> None:
         roles = _roles(trainer.pid)

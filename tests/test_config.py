@@ -163,6 +163,7 @@ def _populated():
 
     from cosparse.config import (
         ColumnsConfig,
+        EarlyStopConfig,
         ModelEntry,
         NegativesConfig,
         ShuffleConfig,
@@ -192,6 +193,7 @@ def _populated():
     cfg.data.split = SplitConfig()
     cfg.data.shuffle = ShuffleConfig()
     cfg.data.negatives = NegativesConfig()
+    cfg.train.early_stop = EarlyStopConfig()
     fill(cfg)
     cfg.model.dropout = 0.1  # (the regularisation keys: numeric, with non-zero values)
     cfg.model.dense_optimizer.weight_decay = 1e-4

@@ -103,7 +103,7 @@ def test_interrupt_and_terminate_stop_cleanly(tmp_path, sig, code):
     # a test run started in the background (`make test &`) ignores SIGINT, and so would the
     # trainer it starts: give the trainer Ctrl-C as a terminal would
     p = subprocess.Popen([*CLI, "train", "--config", _config(tmp_path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path,  # (its runs/ there)
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 50
@@ -131,7 +131,7 @@ def test_unreachable_ps_exits_4_with_the_endpoint(tmp_path):
                   store={"remote": {"embedded": False, "endpoints": ["tcp://127.0.0.1:9"],
                                     "timeout_s": 2.0, "heartbeat_s": 0.5}})
     p = subprocess.run([*CLI, "train", "--config", cfg], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60, cwd=tmp_path)
     assert p.returncode == 4, p.stderr
     assert "cosparse: PS unavailable" in p.stderr and "127.0.0.1:9" in p.stderr
     assert "Traceback" not in p.stderr
@@ -152,7 +152,7 @@ def test_disk_full_while_checkpointing_exits_7_and_commits_nothing(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
 
     p = subprocess.run([*CLI, "train", "--config", cfg], capture_output=True, text=True,
-                       timeout=60, preexec_fn=small_files)
+                       timeout=60, preexec_fn=small_files, cwd=tmp_path)
     assert p.returncode == 7, p.stderr
     assert p.stderr.startswith("cosparse: checkpoint error: writing the checkpoint of step 5")
     assert "Traceback" not in p.stderr

@@ -353,7 +353,8 @@ def test_trainer_prunes_ps_snapshots_with_its_checkpoints(tmp_path, incremental)
 
 # --- defect 6: a fresh run on an earlier run's PS snapshots ------------------------------------
 def test_fresh_run_on_earlier_snapshots_is_refused_with_exit_2_and_fresh_discards_them(
-        tmp_path, capsys):
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (each run's metrics directory under runs/ there)
     raw = {
         "preset": "arch-a",
         "data": {"reader": "synthetic", "batch_size": 64,

@@ -184,7 +184,8 @@ def test_compare_json_writes_null_for_an_undefined_auc(tmp_path):
     assert doc["runs"]["a"]["auc"] is None and doc["runs"]["b"]["auc"] is None
 
 
-def test_empty_data_file_fails_the_run_naming_it(tmp_path, capsys):
+def test_empty_data_file_fails_the_run_naming_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (a metrics directory under runs/ there)
     from cosparse.cli import main
 
     data = tmp_path / "empty.txt"

@@ -32,7 +32,7 @@ from cosparse.config.sizes import parse_bytes
 from cosparse.config.store import HostTierConfig, RemoteConfig, StoreConfig, TierConfig
 from cosparse.config.supply import SupplyConfig
 from cosparse.config.tables import InitConfig, OptimizerConfig, TableConfig
-from cosparse.config.train import CheckpointConfig, TrainConfig
+from cosparse.config.train import CheckpointConfig, EarlyStopConfig, TrainConfig
 from cosparse.config.validate import validate
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "CsvConfig",
     "DataConfig",
     "DenseOptimizerConfig",
+    "EarlyStopConfig",
     "EventsConfig",
     "FeaturesConfig",
     "HostTierConfig",

@@ -173,6 +173,9 @@ BOUNDS: dict[str, Bound] = {
     "train.autotune.host_budget": AT_LEAST_1,
     "train.autotune.min_gain": Bound(0, 10),  # a gain over 10x to keep a change is a typo
     "train.autotune.patience": AT_LEAST_0,  # 0: no limit
+    "train.early_stop.patience": AT_LEAST_1,
+    "train.early_stop.every": AT_LEAST_1,
+    "train.timing_warmup_steps": AT_LEAST_0,
 }
 
 

@@ -45,6 +45,16 @@ class AutotuneConfig:
 
 
 @dataclass
+class EarlyStopConfig:
+    """Evaluate every ``every`` steps; stop once ``metric`` has not improved for ``patience``
+    evaluations in a row (AUC: higher is better; log loss: lower)."""
+
+    metric: Literal["auc", "logloss"] = "auc"
+    patience: int = 3
+    every: int = 100
+
+
+@dataclass
 class TrainConfig:
     steps: int = 1000
     epochs: int = 1  # passes over a finite reader; `steps` caps the total
@@ -53,6 +63,7 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     log_every: int = 50
     eval_every: int = 0  # 0: evaluate at the end only
+    # None: `cosparse train` writes runs/<time>-<config>/metrics.jsonl (a Trainer: no file)
     metrics_json: str | None = None
     tensorboard_dir: str | None = None
     progress: bool = True
@@ -68,13 +79,26 @@ class TrainConfig:
     # an ID and both versions
     check_versions: bool = False
     autotune: AutotuneConfig = field(default_factory=AutotuneConfig)
+    early_stop: EarlyStopConfig | None = None  # None: train every step of `steps`/`epochs`
+    # keep a checkpoint of the best evaluation (under checkpoint.dir/best) and end the run on it
+    keep_best: bool = False
+    # the first steps a process trains, left out of the run summary's timing figures
+    # (compilation, first fills); the summary measures every step when the run is no longer
+    timing_warmup_steps: int = 10
 
 
 def validate_train(cfg: Config) -> None:
-    """Periodic checkpoints have a directory; the live agent's knobs are live knobs."""
+    """Periodic checkpoints have a directory; keep_best has early stopping and a checkpoint
+    directory; the live agent's knobs are live knobs."""
     ck = cfg.train.checkpoint
     if ck.every and not ck.dir:
         raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every is set")
+    if cfg.train.keep_best and cfg.train.early_stop is None:
+        raise ConfigError("train.keep_best: needs train.early_stop (the evaluations that pick "
+                          "the best state)")
+    if cfg.train.keep_best and not ck.dir:
+        raise ConfigError("train.keep_best: needs train.checkpoint.dir (the best state is kept "
+                          "as a checkpoint under it)")
     _validate_autotune(cfg)
 
 

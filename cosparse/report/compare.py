@@ -61,6 +61,7 @@ def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None]) ->
     cfg.train.eval_every = 0
     cfg.train.metrics_json = cfg.train.tensorboard_dir = None
     cfg.train.checkpoint.every = 0
+    cfg.train.timing_warmup_steps = 0  # (the warm-up is its own call, below)
     t = Trainer(cfg, log=lambda m: log(f"[{label}] {m}"))
     try:
         if warmup:

@@ -26,6 +26,13 @@ from cosparse.owner import owner_tag, sweep
 FORMAT_VERSION = 1
 _LATEST = "LATEST"
 TMP_PREFIX = ".tmp-step_"  # + NNNNNNNN-<owner tag>
+BEST = "best"  # under a checkpoint root: train.keep_best's root, the best evaluation's checkpoint
+BEST_STATE = "best.json"  # in the best root: what early stopping knew at the best evaluation
+
+
+def checkpoint_roots(root: str | Path) -> list[Path]:
+    """A run's checkpoint roots: ``root`` and, beneath it, the best evaluation's."""
+    return [Path(root), Path(root) / BEST]
 
 
 class CheckpointError(RuntimeError):

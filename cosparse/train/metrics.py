@@ -86,9 +86,8 @@ class IntervalStats:
         elapsed = time.perf_counter() - self.started
         n = max(self.steps, 1)
         out = {
-            # NaN (written as null) when every step of the interval was skipped
-            "loss": self.loss_sum / self.loss_steps if self.loss_steps else
-            (math.nan if self.steps else 0.0),
+            # NaN (written as null) when no step's loss counts: all skipped, or none trained
+            "loss": self.loss_sum / self.loss_steps if self.loss_steps else math.nan,
             "samples_per_s": self.samples / elapsed if elapsed > 0 else 0.0,
         }
         if self.step_ms:

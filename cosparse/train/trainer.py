@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numba
@@ -42,6 +44,8 @@ from cosparse.store.tiered import TieredTable
 from cosparse.supply.paths import make_supply_path
 from cosparse.supply.types import PathContext, SnapshotMismatch
 from cosparse.train.checkpoint import (
+    BEST,
+    BEST_STATE,
     CheckpointError,
     TrainState,
     load_checkpoint,
@@ -51,6 +55,7 @@ from cosparse.train.checkpoint import (
     save_checkpoint,
 )
 from cosparse.train.dense import make_dense_optimizer, pick_device
+from cosparse.train.early_stop import EarlyStopper
 from cosparse.train.evaluate import joined_batches, log_loss, roc_auc
 from cosparse.train.inputs import (
     WORKER_PRELOAD,
@@ -70,6 +75,7 @@ from cosparse.train.sharded_checkpoint import (
     save_sharded,
 )
 from cosparse.train.sizing import SizingReport, describe, measure_dense_bytes, size_tiers
+from cosparse.train.summary import RunSummary
 from cosparse.tune.hotness import table_hotness
 
 
@@ -163,8 +169,16 @@ class Trainer:
         self.stream: Any = None  # the live data stream (its worker pids: ``stream.pids``)
         self.progress = Progress("the trainer")  # what the planner and prefetch waits watch
         self._saves = 0  # checkpoints this process committed
+        self._saved: tuple[int, Path] | None = None  # the last checkpoint in checkpoint.dir
         self._stages: dict[str, float] = {}
         self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
+        self._trained_here = 0  # steps this process trained (the summary's timing warm-up)
+        self._comm_seen: dict[str, tuple[float, float]] = {}  # rank-rank counters at a baseline
+        self._eval_at: tuple[int, dict[str, Any]] | None = None  # the last evaluation's step
+        es = cfg.train.early_stop
+        self.early = EarlyStopper(es) if es is not None else None
+        self._observed_step: int | None = None  # the step early stopping last judged
+        self._stop_early = False
 
     def _probe(self) -> list:
         """The first ``store.probe_batches`` batches of the training data."""
@@ -200,11 +214,15 @@ class Trainer:
         self.model.ec = self.ec = ec
 
     # --- checkpoints --------------------------------------------------------------------------
-    def save(self) -> None:
-        """Checkpoint atomically. When the PS snapshots its rows, the shards snapshot them and
-        the trainer's checkpoint records those snapshots: both parts commit with one step number
-        or neither does. Otherwise the PS rows are read into the trainer's checkpoint."""
+    def save(self, root: str | None = None, keep: int | None = None) -> Path:
+        """Checkpoint atomically (into ``root``, default ``train.checkpoint.dir``, keeping the
+        newest ``keep``, default ``train.checkpoint.keep``). When the PS snapshots its rows, the
+        shards snapshot them and the trainer's checkpoint records those snapshots: both parts
+        commit with one step number or neither does. Otherwise the PS rows are read into the
+        trainer's checkpoint. Returns the checkpoint's directory."""
         ck, step = self.cfg.train.checkpoint, self.state.step
+        into = root or ck.dir
+        keep = ck.keep if keep is None else keep
         dense = {
             "model": self.model.state_dict(),
             "optimizer": self.dense_opt.state_dict(),
@@ -222,29 +240,46 @@ class Trainer:
         on_ps = self.path.rows_on_ps
         try:
             if self.ranks:  # every rank its shards, through DCP, committed by rank 0
-                path = save_sharded(ck.dir, self.state, self.train_model,  # type: ignore[arg-type]
+                path = save_sharded(into, self.state, self.train_model,  # type: ignore[arg-type]
                                     self.dense_opt, self.ec, self.ranks.world,
-                                    dataclasses.asdict(self.cfg), ck.keep,
+                                    dataclasses.asdict(self.cfg), keep,
                                     before_commit=snapshot_ps if on_ps else None)
             else:
                 path = save_checkpoint(
-                    ck.dir, self.state, dense,  # type: ignore[arg-type]
+                    into, self.state, dense,  # type: ignore[arg-type]
                     self.ec.export_rows(skip_ps=on_ps), dataclasses.asdict(self.cfg),
-                    keep=ck.keep, before_commit=snapshot_ps if on_ps else None,
+                    keep=keep, before_commit=snapshot_ps if on_ps else None,
                 )
         except OSError as e:  # disk full, quota, I/O error: nothing of this save is committed
             raise CheckpointError(
-                f"writing the checkpoint of step {step} under {ck.dir} failed: "
+                f"writing the checkpoint of step {step} under {into} failed: "
                 f"{e.strerror or e}; nothing of it was committed and the previous checkpoint "
                 "is intact (free disk space, then rerun with --resume)"
             ) from e
         self._saves += 1
+        if into == ck.dir:
+            self._saved = (step, Path(path))
         self.log(f"checkpoint: step {step} -> {path}")
-        metas = ps_metas(ck.dir) if on_ps else None  # type: ignore[arg-type]
-        if metas is not None:
-            self.path.prune(metas)
+        if on_ps:  # the snapshots every checkpoint names, the best one's too, stay
+            metas = [ps_metas(r) for r in (ck.dir, self._best_root()) if r and Path(r).is_dir()]
+            if all(m is not None for m in metas):
+                self.path.prune([m for ms in metas for m in ms])  # type: ignore[union-attr]
+        return Path(path)
+
+    def _best_root(self) -> Path | None:
+        """Where ``train.keep_best`` keeps the best evaluation's checkpoint."""
+        ck = self.cfg.train.checkpoint.dir
+        return Path(ck) / BEST if ck and self.cfg.train.keep_best else None
 
     def resume(self, path: str) -> None:
+        self._eval_at = None
+        self._load(path)
+        best = self._best_root()
+        if self.early is not None and best is not None and (best / BEST_STATE).exists():
+            self.early.load_state(json.loads((best / BEST_STATE).read_text()))
+
+    def _load(self, path: str) -> None:
+        """The state of the checkpoint at ``path`` (a directory, or a root with LATEST)."""
         meta = read_meta(path)
         if self.ranks is not None or "sharded" in meta:  # another layout: reshard the rows
             self._resume_resharded(resolve_checkpoint(path), meta)
@@ -380,14 +415,21 @@ class Trainer:
         return value
 
     def run(self, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
-        """Train up to ``steps`` in all (default ``train.steps``); evaluate at the end unless
-        ``evaluate`` is False. Returns the last interval's metrics (and the evaluation)."""
+        """Train up to ``steps`` in all (default ``train.steps``), or until early stopping
+        stops it; evaluate at the end unless ``evaluate`` is False (a part of a run, such as a
+        warm-up: then early stopping keeps no best either). Returns the run summary
+        (``cosparse.train.summary``: this call's whole-run figures, the last interval's under
+        ``last_interval``), the evaluation, and early stopping's figures."""
         if not self.resumed:  # a fresh run on an earlier run's PS snapshots would train on them
             self.path.refuse_stale()
         total = steps if steps is not None else self.cfg.train.steps
         cfg = self.cfg
         stats = IntervalStats()
+        summary = RunSummary(max(0, cfg.train.timing_warmup_steps - self._trained_here))
         self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
+        run_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
+        if self.ranks:
+            self._comm_seen["run"] = self._comm_now()
         follower = self.ranks is not None and not self.ranks.world.leader  # rank 0's bar only
         bar = tqdm(
             total=total, initial=self.state.step, disable=not cfg.train.progress or follower,
@@ -396,7 +438,8 @@ class Trainer:
         )
         last: dict[str, Any] = {}
         try:
-            while self.state.step < total and self.state.epoch < cfg.train.epochs:
+            while (self.state.step < total and self.state.epoch < cfg.train.epochs
+                   and not self._stop_early):
                 stream = self.stream_factory(self.state.batch_in_epoch) if self.stream_factory \
                     else BatchStream(
                         self.train_reader, cfg.data.workers, cfg.data.queue_depth,
@@ -416,8 +459,9 @@ class Trainer:
                 failure: str | None = None
                 try:
                     for prepared in prefetch:
-                        last = self._one_step(prepared, prefetch, stats, bar, total) or last
-                        if self.state.step >= total:
+                        last = self._one_step(prepared, prefetch, stats, summary, bar,
+                                              total) or last
+                        if self.state.step >= total or self._stop_early:
                             break
                         failure = self.path.health()
                         if failure is not None or self._pending is not None:
@@ -442,13 +486,42 @@ class Trainer:
             bar.close()
         if stats.steps:
             last = self._log_interval(stats, None)
-        scores = self.evaluate() if evaluate else {}
-        final = {**last, "step": self.state.step, **scores, "bad_records": self.bad_records}
+        final = {**summary.figures(),
+                 **self._counter_figures(run_counters, summary.steps, "run"),
+                 **self._cumulative()}
+        final["last_interval"] = {k: v for k, v in last.items() if k != "kind"} or None
+        final.update(self._end_of_run_scores() if evaluate else {})
+        final["step"] = self.state.step
         if self.ranks:
             final["world_size"] = self.ranks.world.size
-        final.pop("kind", None)
         self.sink.write({**final, "kind": "final"})
         return final
+
+    def _end_of_run_scores(self) -> dict[str, Any]:
+        """The evaluation at the end (the one already run at this step, if any). With early
+        stopping it is judged too, and with ``train.keep_best`` the run ends on its best
+        evaluation: that state restored and saved as the final checkpoint."""
+        scores = self._evaluate_once()
+        if self.early is None:
+            return scores
+        self._judge(scores, can_stop=False)
+        out = {**scores, **self.early.figures()}
+        best = self.early.best_step
+        if self.cfg.train.keep_best and best is not None:
+            restored = best != self.state.step
+            if restored:  # the checkpoint machinery brings back every placement's state
+                self.log(f"keep_best: restoring the best evaluation, step {best} "
+                         f"({self.early.cfg.metric} {self.early.best_value:.6f})")
+                self._load(str(self._best_root()))
+                self._eval_at = (self.state.step, dict(self.early.best_scores))
+            saved = self._saved
+            path = saved[1] if saved is not None and saved[0] == self.state.step else self.save()
+            self.log(f"keep_best: the run ends on its best evaluation (step {best}); "
+                     f"final checkpoint {path}")
+            out = {**out, **self.early.best_scores, "best_checkpoint": str(path),
+                   "best_restored": restored}
+        self.log(self.early.describe())
+        return out
 
     def _mine(self, batches: Any) -> Any:
         """This rank's samples of each global batch (all of them on one process)."""
@@ -458,8 +531,9 @@ class Trainer:
                            self.ranks.balance)
 
     def _one_step(self, prepared: PreparedBatch, prefetch: Prefetcher, stats: IntervalStats,
-                  bar: tqdm, total: int) -> dict[str, Any] | None:
-        """Train one prepared batch, then log, checkpoint and evaluate when due."""
+                  summary: RunSummary, bar: tqdm, total: int) -> dict[str, Any] | None:
+        """Train one prepared batch, then log, checkpoint and evaluate when due (and stop
+        early when early stopping says so)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         wait0 = prefetch.wait_ms
@@ -475,11 +549,13 @@ class Trainer:
         self.features_computed += prepared.batch.features_computed
         self.state.step += 1
         self.state.batch_in_epoch += 1
+        self._trained_here += 1
         self.progress.beat(f"trained step {self.state.step}")
         self.path.on_step(self.state.step)
         stages = dict(self._stages, read=prefetch.wait_ms - wait0)
-        stats.add_step(prepared.batch.batch_size, loss, (time.perf_counter() - t0) * 1e3, stages,
-                       skipped=skipped)
+        step_ms = (time.perf_counter() - t0) * 1e3
+        stats.add_step(prepared.batch.batch_size, loss, step_ms, stages, skipped=skipped)
+        summary.add_step(prepared.batch.batch_size, loss, step_ms, stages, skipped=skipped)
         bar.update(1)
         last = None
         if self.state.step % cfg.train.log_every == 0 or self.state.step == total:
@@ -487,29 +563,80 @@ class Trainer:
         ck = cfg.train.checkpoint
         if ck.every and self.state.step % ck.every == 0:
             self.save()
-        if cfg.train.eval_every and self.state.step % cfg.train.eval_every == 0:
-            self.evaluate()
+        step = self.state.step
+        periodic = bool(cfg.train.eval_every) and step % cfg.train.eval_every == 0
+        judged = self.early is not None and self.early.due(step)
+        if periodic or judged:  # one evaluation serves both
+            scores = self._evaluate_once()
+            if judged:
+                self._judge(scores, can_stop=True)
         return last
 
-    def _log_interval(self, stats: IntervalStats, bar: tqdm | None) -> dict[str, Any]:
-        rec = {"kind": "train", "step": self.state.step, **stats.summary()}
-        rec["bad_records"] = self.bad_records
-        rec["skipped_batches"] = self.skipped_batches
+    def _evaluate_once(self) -> dict[str, Any]:
+        """The evaluation of the current state: run once per step, however many ask."""
+        if self._eval_at is None or self._eval_at[0] != self.state.step:
+            self._eval_at = (self.state.step, self.evaluate())
+        return self._eval_at[1]
+
+    def _judge(self, scores: dict[str, Any], can_stop: bool) -> None:
+        """Early stopping's view of the evaluation at this step (once per step): keep a new
+        best (``train.keep_best``), and stop when patience has run out."""
+        assert self.early is not None
+        step = self.state.step
+        if self._observed_step == step:
+            return
+        self._observed_step = step
+        verdict = self.early.observe(step, scores, can_stop=can_stop)
+        if verdict.improved and self._best_root() is not None:
+            self._save_best()
+        if verdict.stop:
+            self._stop_early = True
+            self.log(f"early stopping at step {step}: {self.early.cfg.metric} has not improved "
+                     f"for {self.early.cfg.patience} evaluations (best "
+                     f"{self.early.best_value} at step {self.early.best_step})")
+
+    def _save_best(self) -> None:
+        """The best evaluation's checkpoint (one kept) and what early stopping knew then."""
+        root = self._best_root()
+        assert root is not None and self.early is not None
+        self.save(str(root), keep=1)
+        if self.ranks is None or self.ranks.world.leader:
+            tmp = root / f".{BEST_STATE}.tmp"
+            tmp.write_text(json.dumps(self.early.state(), sort_keys=True))
+            os.replace(tmp, root / BEST_STATE)
+
+    def _cumulative(self) -> dict[str, Any]:
+        """The run's counts so far (not deltas): bad records, skipped batches, features
+        computed, distinct IDs per table."""
+        out: dict[str, Any] = {"bad_records": self.bad_records,
+                               "skipped_batches": self.skipped_batches}
         if self.cfg.features.spec and self.stream_factory is None:  # (a shared stream counts)
-            rec["features.computed"] = self.features_computed
+            out["features.computed"] = self.features_computed
         for name, n in self.ec.unique_ids.items():
-            rec[f"unique_ids.{name}"] = n
-        rec.update(self.interval_counters.take(self.wire_bytes))
-        if self.ranks:  # every link's bytes summed over the ranks, and the ranks' own link
-            mine = {k: float(v or 0) for k, v in rec.items() if k.startswith("bytes.")}
+            out[f"unique_ids.{name}"] = n
+        return out
+
+    def _counter_figures(self, counters: IntervalCounters, steps: int,
+                         baseline: str) -> dict[str, Any]:
+        """The link, supply and tier counters' change since ``counters`` last took them; on
+        many ranks every link's bytes summed over the ranks, and the ranks' own link since
+        ``baseline`` (``interval`` or ``run``)."""
+        out: dict[str, Any] = counters.take(self.wire_bytes)
+        if self.ranks:
+            mine = {k: float(v or 0) for k, v in out.items() if k.startswith("bytes.")}
             everyone: list[Any] = [None] * self.ranks.world.size
             torch.distributed.all_gather_object(everyone, mine)  # (ranks hold other tables)
             totals: dict[str, float] = {}
             for theirs in everyone:
                 for k, v in theirs.items():
                     totals[k] = totals.get(k, 0.0) + v
-            rec.update(totals)
-            rec.update(self._rank_rank(stats.steps))
+            out.update(totals)
+            out.update(self._rank_rank(steps, baseline))
+        return out
+
+    def _log_interval(self, stats: IntervalStats, bar: tqdm | None) -> dict[str, Any]:
+        rec = {"kind": "train", "step": self.state.step, **stats.summary(), **self._cumulative()}
+        rec.update(self._counter_figures(self.interval_counters, stats.steps, "interval"))
         self.sink.write(rec)
         if self.on_interval is not None:
             answer = self.on_interval(rec)
@@ -555,20 +682,25 @@ class Trainer:
                     plan.device_rows = table.dev.limit
                     plan.host_rows = table.host.limit if table.host.bounded else None
 
-    def _rank_rank(self, steps: int) -> dict[str, float]:
-        """Since the last interval: the bytes all ranks sent each other (summed over ranks),
-        and the slowest rank's time in the collectives per step."""
-        world = self.ranks.world  # type: ignore[union-attr]
-        sent = torch.tensor([float(world.comm["sent_bytes"])], dtype=torch.float64)
+    def _comm_now(self) -> tuple[float, float]:
+        """This rank's cumulative bytes sent to other ranks and time waited in collectives."""
+        comm = self.ranks.world.comm  # type: ignore[union-attr]
+        return float(comm["sent_bytes"]), float(comm["wait_ms"])
+
+    def _rank_rank(self, steps: int, baseline: str) -> dict[str, float]:
+        """Since ``baseline`` (the last interval, or the run's start): the bytes all ranks
+        sent each other (summed over ranks), and the slowest rank's time in the collectives
+        per step."""
+        now = self._comm_now()
+        seen = self._comm_seen.get(baseline, (0.0, 0.0))
+        self._comm_seen[baseline] = now
+        sent = torch.tensor([now[0] - seen[0]], dtype=torch.float64)
         torch.distributed.all_reduce(sent)
-        wait = torch.tensor([world.comm["wait_ms"]], dtype=torch.float64)
+        wait = torch.tensor([now[1] - seen[1]], dtype=torch.float64)
         torch.distributed.all_reduce(wait, op=torch.distributed.ReduceOp.MAX)
-        seen = getattr(self, "_comm_seen", (0.0, 0.0))
-        self._comm_seen = (float(sent), float(wait))
         n = max(1, steps)
-        return {"bytes.rank_rank": float(sent) - seen[0],
-                "bytes.rank_rank_per_step": (float(sent) - seen[0]) / n,
-                "collectives_ms_per_step": (float(wait) - seen[1]) / n}
+        return {"bytes.rank_rank": float(sent), "bytes.rank_rank_per_step": float(sent) / n,
+                "collectives_ms_per_step": float(wait) / n}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
