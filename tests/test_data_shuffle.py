@@ -52,7 +52,9 @@ def _row_ids(reader, task) -> np.ndarray:
     source = getattr(reader, "source", None)
     if source is not None and hasattr(source, "build_rows"):
         return source.build_rows(task)[1]
-    for attr in ("lines", "take", "positions"):
+    if hasattr(reader, "targets"):  # sequence samples: their target events
+        return reader.targets(task.positions)[0]
+    for attr in ("lines", "take"):
         rows = getattr(task, attr, None)
         if rows is not None:
             return np.asarray(rows)

@@ -223,8 +223,9 @@ def popularity_auc(train, ev) -> tuple[float, str]:
     """The best popularity baseline fitted on the train split: per-item and per-category buy rates
     (smoothed towards the prior with m pseudo-samples) and frequencies, scored on eval."""
     def cols(r):
-        p = r.positions
-        return {"item": r._item[p], "cate": r._cate[p]}, r._label[p].astype(np.float64)
+        s = r.samples()
+        return ({"item": s["target_item"], "cate": s["target_cate"]},
+                s["label"].astype(np.float64))
 
     tx, ty = cols(train)
     ex, ey = cols(ev)

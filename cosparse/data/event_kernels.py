@@ -114,19 +114,6 @@ def parse_events(buf, n_lines, out_cols, out_btag, out_err, out_err_col, out_nco
     return line
 
 
-@numba.njit(cache=True, nogil=True)
-def gather_history(item, cate, btag, lo, hi, offsets, out_item, out_cate, out_btag):
-    """For sample s, events ``hi[s]-1`` down to ``lo[s]`` (most recent first) into the outputs at
-    ``offsets[s]``."""
-    for s in range(lo.shape[0]):
-        o = offsets[s]
-        for e in range(hi[s] - 1, lo[s] - 1, -1):
-            out_item[o] = item[e]
-            out_cate[o] = cate[e]
-            out_btag[o] = btag[e]
-            o += 1
-
-
 def empty_outputs(n: int) -> tuple[np.ndarray, ...]:
     """Output arrays of ``parse_events`` for ``n`` lines."""
     return (np.zeros((n, 4), np.int64), np.zeros(n, np.int8), np.zeros(n, np.int8),

@@ -1,5 +1,6 @@
 """Event-log reader (Taobao UserBehavior CSV): one sample per target event, with the user's
-behaviour sequence before it.
+behaviour sequence before it. It is the preset of ``cosparse.data.interactions`` for this file:
+this module parses the log, the interactions reader makes the samples.
 
 Input lines are ``user_id,item_id,category_id,behavior_type,unix_timestamp`` (behaviour one of
 pv, cart, fav, buy), grouped by user but not time-sorted within a user. The whole log is parsed
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -36,14 +36,15 @@ import numpy as np
 import torch
 
 from cosparse.batch import SparseBatch
-from cosparse.config import EventsConfig, ShuffleConfig
+from cosparse.config import DataConfig, EventsConfig, ShuffleConfig
 from cosparse.data import event_kernels as K
-from cosparse.data.errors import DataError, empty_split_message
-from cosparse.data.shuffle import shuffled, window_batches
-from cosparse.data.split import Split, num_batches, split_range
+from cosparse.data.errors import DataError
+from cosparse.data.interactions import InteractionLog, InteractionsReader
+from cosparse.data.split import Split
 
 OnBadRecord = Literal["fail", "skip"]
 SEQUENCE_KEYS = ["user", "target_item", "target_cate", "hist_item", "hist_cate", "hist_btag"]
+TARGET_NAMES = {"item": "target_item", "cate": "target_cate"}
 
 
 @dataclass(frozen=True)
@@ -121,44 +122,10 @@ def load_event_log(path: str | Path) -> EventLog:
     return _load(p, st.st_mtime_ns, st.st_size)
 
 
-@dataclass(frozen=True)
-class SequenceIndex:
-    """Per sorted event: where its history starts and ends (``[lo, hi)``, before truncation)."""
-
-    user_start: np.ndarray  # first event of the user
-    run_start: np.ndarray  # first event of the user with this timestamp (history ends here)
-    time_rank: np.ndarray  # rank in global (timestamp, line) order
-
-
-def sequence_index(log: EventLog) -> SequenceIndex:
-    return index_events(log.user, log.ts, log.line)
-
-
-def index_events(user: np.ndarray, ts: np.ndarray, line: np.ndarray) -> SequenceIndex:
-    """The index of events sorted by (user, timestamp, line)."""
-    n = user.shape[0]
-    idx = np.arange(n, dtype=np.int64)
-    new_user = np.ones(n, dtype=bool)
-    new_user[1:] = user[1:] != user[:-1]
-    new_run = new_user.copy()
-    new_run[1:] |= ts[1:] != ts[:-1]
-    user_start = np.maximum.accumulate(np.where(new_user, idx, 0))
-    run_start = np.maximum.accumulate(np.where(new_run, idx, 0))
-    time_rank = np.empty(n, dtype=np.int64)
-    time_rank[np.lexsort((line, ts))] = idx
-    return SequenceIndex(user_start, run_start, time_rank)
-
-
-@dataclass(frozen=True)
-class EventsTask:
-    """The sorted-event positions of one batch's target events."""
-
-    index: int
-    positions: np.ndarray
-
-
-class TaobaoEventsReader:
-    """Behaviour-sequence samples of one split of a Taobao-style event log."""
+class TaobaoEventsReader(InteractionsReader):
+    """Behaviour-sequence samples of one split of a Taobao-style event log: the preset of
+    ``InteractionsReader`` whose log this module parses (raw IDs, labels by behaviour, the
+    category as the item's column, the behaviour in histories)."""
 
     def __init__(
         self,
@@ -180,77 +147,17 @@ class TaobaoEventsReader:
         unknown = [b for b in ev.positive if b not in K.BEHAVIOURS]
         if unknown:
             raise ValueError(f"events.positive: unknown behaviours {unknown}")
-        self.path = str(path)
-        self.batch_size = batch_size
-        self.split: Split = split
-        self.events = ev
-        self.keys: list[str] = list(SEQUENCE_KEYS)
-        self.num_dense: int = 0
-        log = load_event_log(self.path)
+        log = load_event_log(path)
         if log.first_error is not None and on_bad_record == "fail":
             raise DataError(log.first_error)
-        self.bad_records = int(log.bad_lines.shape[0]) if split == "train" else 0
-        ix = sequence_index(log)
-        self._item, self._cate, self._btag = log.item, log.cate, log.btag
-        self._user, self._ts = log.user, log.ts
-        self._label = np.isin(log.btag, [K.BEHAVIOURS.index(b) for b in ev.positive])
-        self._lo = np.maximum(ix.user_start, ix.run_start - ev.max_len)
-        self._hi = ix.run_start
-        first, count = split_range(log.num_events, eval_fraction, split)
-        in_split = (ix.time_rank >= first) & (ix.time_rank < first + count)
-        eligible = in_split & (ix.run_start - ix.user_start >= ev.min_history)
-        pos = np.flatnonzero(eligible).astype(np.int64)
-        pos = pos[np.argsort(ix.time_rank[pos], kind="stable")]  # time order
-        if split == "train" and pos.shape[0] == 0:
-            if not in_split.any():
-                raise DataError(empty_split_message(self.path, log.num_events, "events",
-                                                    eval_fraction))
-            raise DataError(f"{self.path}: no training samples: none of the {count} events of "
-                            f"the training split has data.events.min_history "
-                            f"({ev.min_history}) earlier events of its user")
-        if split == "train" and ev.shuffle:
-            pos = pos[np.random.default_rng(ev.seed).permutation(pos.shape[0])]
-        elif split == "train" and shuffle is not None:
-            pos = shuffled(pos, window_batches(shuffle.buffer, batch_size) * batch_size,
-                           shuffle.seed)
-        self.positions = pos
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.positions.shape[0])
-
-    @property
-    def num_batches(self) -> int:
-        return num_batches(self.num_samples, self.batch_size)
-
-    def tasks(self, start_batch: int = 0) -> Iterator[EventsTask]:
-        if start_batch < 0:
-            raise ValueError("start_batch must be >= 0")
-        bs = self.batch_size
-        for i in range(start_batch, self.num_batches):
-            yield EventsTask(i, self.positions[i * bs : (i + 1) * bs])
-
-    def build(self, task: EventsTask) -> SparseBatch:
-        """The SparseBatch of one task (pure; safe in a worker process)."""
-        pos = task.positions
-        lo, hi = self._lo[pos], self._hi[pos]
-        hist = sequences_from_ranges(self._item, self._cate, self._btag, lo, hi)
-        bad = self.bad_records if task.index == 0 else 0
-        return sequence_batch(self._user[pos], self._item[pos], self._cate[pos], *hist,
-                              self._label[pos].astype(np.float32), task.index, bad)
-
-
-def sequences_from_ranges(
-    item: np.ndarray, cate: np.ndarray, btag: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(lengths, items, cates, btags) of the events ``[lo, hi)`` per sample, most recent first."""
-    lengths = (hi - lo).astype(np.int64)
-    offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    n = int(offsets[-1])
-    out_i, out_c, out_b = (np.empty(n, np.int64) for _ in range(3))
-    K.gather_history(item, cate, btag, lo, hi, offsets, out_i, out_c, out_b)
-    return lengths, out_i, out_c, out_b
+        label = np.isin(log.btag, [K.BEHAVIOURS.index(b) for b in ev.positive])
+        interactions = InteractionLog(
+            log.user, log.item, log.ts, log.line, label.astype(np.float32),
+            {"cate": log.cate}, {"btag": log.btag}, int(log.bad_lines.shape[0]))
+        data = DataConfig(reader="taobao_events", path=str(path), batch_size=batch_size,
+                          on_bad_record=on_bad_record, eval_fraction=eval_fraction, events=ev,
+                          shuffle=shuffle)
+        super().__init__(interactions, data, split, TARGET_NAMES)
 
 
 def sequence_batch(

@@ -23,20 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from cosparse.config import EventsConfig, ShuffleConfig
-from cosparse.data.events import EventsTask, OnBadRecord, TaobaoEventsReader, sequences_from_ranges
+from cosparse.data.events import OnBadRecord, TaobaoEventsReader
+from cosparse.data.interactions import EventsTask
 from cosparse.data.split import Split
 from cosparse.features.types import INT, LIST_INT, Column, ColumnKind, RawBatch
 
 SCALAR_COLUMNS = ("user_id", "item_id", "category_id", "behavior_type", "timestamp")
 HISTORY_COLUMNS = ("hist_item_id", "hist_category_id", "hist_behavior_type", "hist_timestamp")
-
-
-def reversed_range_index(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Flat positions ``hi[s]-1`` down to ``lo[s]`` per row s (the reader's history order)."""
-    lengths = (hi - lo).astype(np.int64)
-    starts = np.zeros(lengths.shape[0], np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    return np.repeat(hi - 1 + starts, lengths) - np.arange(int(lengths.sum()), dtype=np.int64)
 
 
 class EventLogRawSource:
@@ -77,14 +70,15 @@ class EventLogRawSource:
 
     def build_raw(self, task: EventsTask) -> RawBatch:
         r = self._events
-        pos = task.positions
-        lo, hi = r._lo[pos], r._hi[pos]
-        lengths, items, cates, btags = sequences_from_ranges(r._item, r._cate, r._btag, lo, hi)
-        stamps = r._ts[reversed_range_index(lo, hi)]
-        scalars = (r._user[pos], r._item[pos], r._cate[pos], r._btag[pos], r._ts[pos])
+        log = r.log
+        e, item, label, feats = r.targets(task.positions)
+        hist, lengths = r.history(e)
+        scalars = (log.user[e], item, feats["cate"], log.history["btag"][e], log.time[e])
         cols = {name: Column(INT, np.ascontiguousarray(v, np.int64))
                 for name, v in zip(SCALAR_COLUMNS, scalars, strict=True)}
-        for name, v in zip(HISTORY_COLUMNS, (items, cates, btags, stamps), strict=True):
-            cols[name] = Column(LIST_INT, v, None, lengths)
+        flat = (log.item[hist], log.features["cate"][hist], log.history["btag"][hist],
+                log.time[hist])
+        for name, v in zip(HISTORY_COLUMNS, flat, strict=True):
+            cols[name] = Column(LIST_INT, np.ascontiguousarray(v, np.int64), None, lengths)
         bad = r.bad_records if task.index == 0 else 0
-        return RawBatch(cols, r._label[pos].astype(np.float32), task.index, bad, f"{self.path}: ")
+        return RawBatch(cols, label.astype(np.float32), task.index, bad, f"{self.path}: ")

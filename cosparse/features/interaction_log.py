@@ -1,4 +1,4 @@
-"""The event log of ``reader: interactions``: user, item, time, label and the item's own columns
+"""The loaders of ``reader: interactions``: user, item, time, label and the item's own columns
 per event, sorted by (user, time, file row), read from any table the csv and parquet readers read,
 or from a ``user_items`` file (one user per line: ``user item1 item2 ...`` in time order).
 
@@ -11,35 +11,17 @@ positive (implicit feedback, for ``data.negatives``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow.parquet as pq
 
 from cosparse.config import ColumnsConfig, DataConfig
 from cosparse.data.errors import DataError
+from cosparse.data.interactions import InteractionLog, InteractionsReader
 from cosparse.data.lines import read_blocks
+from cosparse.data.split import Split
 from cosparse.features import kernels as K
 from cosparse.features.column_map import column_ids, column_seed
 from cosparse.features.types import FLOAT, INT, Column
-
-
-@dataclass(frozen=True)
-class InteractionLog:
-    """Events sorted by (user, time, row); ``row``: the 0-based file row (for user_items, the
-    line), ``label`` None: every event is a positive."""
-
-    user: np.ndarray
-    item: np.ndarray
-    time: np.ndarray
-    row: np.ndarray
-    label: np.ndarray | None
-    features: dict[str, np.ndarray]
-    bad_records: int
-
-    @property
-    def num_events(self) -> int:
-        return int(self.user.shape[0])
 
 
 def _sorted(user: np.ndarray, item: np.ndarray, time: np.ndarray, row: np.ndarray,
@@ -48,10 +30,15 @@ def _sorted(user: np.ndarray, item: np.ndarray, time: np.ndarray, row: np.ndarra
     order = np.lexsort((row, time, user))
     return InteractionLog(user[order], item[order], time[order], row[order],
                           None if label is None else label[order],
-                          {f: v[order] for f, v in features.items()}, bad)
+                          {f: v[order] for f, v in features.items()}, {}, bad)
 
 
 _LOGS: dict[str, InteractionLog] = {}
+
+
+def interactions_reader(data: DataConfig, split: Split) -> InteractionsReader:
+    """The reader of one split of ``data``'s log."""
+    return InteractionsReader(load_interactions(data), data, split)
 
 
 def load_interactions(data: DataConfig) -> InteractionLog:

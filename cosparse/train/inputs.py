@@ -200,9 +200,9 @@ def interaction_inputs(cfg: Config) -> ModelInputs:
     if cfg.features.spec:
         raise ConfigError("features.spec: reader interactions builds its own features (user, "
                           "item, item features and their histories); drop the spec")
-    from cosparse.features.interactions import InteractionsReader
+    from cosparse.features.interaction_log import interactions_reader
 
-    train, eval_ = InteractionsReader(cfg.data, "train"), InteractionsReader(cfg.data, "eval")
+    train, eval_ = interactions_reader(cfg.data, "train"), interactions_reader(cfg.data, "eval")
     return ModelInputs(cfg, train, eval_, [train.describe(), eval_.describe()])
 
 
