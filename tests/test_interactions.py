@@ -170,3 +170,29 @@ def test_the_baseline_command_scores_popularity_on_the_configs_split(tmp_path, c
     want = popularity(inputs.train, inputs.eval)
     assert out == {"baseline": "popularity", "auc": want.auc, "auc_se": want.auc_se,
                    "eval_samples": want.eval_samples}
+
+
+@pytest.mark.parametrize("stamps, fmt", [
+    (["2014-10-21T10:00:00", "2014-10-21T09:00:00", "2014-10-22 08:30:00"], None),
+    ([14102110, 14102109, 14102208], "%y%m%d%H"),
+])
+def test_a_time_column_of_text_or_a_format_orders_the_events(tmp_path, stamps, fmt):
+    text = "uid,iid,ts\n" + "".join(f"a,{i},{t}\n" for i, t in zip("xyz", stamps, strict=True))
+    inputs = _inputs(tmp_path, text, "log.csv", events={"max_len": 5, "shuffle": False},
+                     columns={"user": "uid", "item": "iid", "time": "ts", "time_format": fmt},
+                     split={"by": "last_per_user"})
+    # by time: y (09:00), x (10:00), z (next day): z evaluates after x and y
+    (sample,) = _samples(inputs.eval)
+    assert sample[1] == _h("z", "item") and sample[2] == [_h("x", "item"), _h("y", "item")]
+    with pytest.raises(DataError, match="data.columns.time.*time_format"):
+        _inputs(tmp_path, text.replace(str(stamps[0]), "soon"), "bad.csv",
+                events={"max_len": 5}, columns={"user": "uid", "item": "iid", "time": "ts",
+                                                "time_format": fmt})
+
+
+def test_a_time_format_without_a_time_column_is_a_config_error():
+    raw = copy.deepcopy(RUN)
+    raw["data"].update(path="x.csv", events={}, columns={"user": "u", "item": "i",
+                                                         "time_format": "unix_s"})
+    with pytest.raises(ConfigError, match="data.columns.time_format"):
+        config_from_mapping(raw)

@@ -110,6 +110,9 @@ class ColumnsConfig:
     user: str | None = None
     item: str | None = None
     time: str | None = None
+    # the time column's format (datetime transform formats): None reads numbers as they are
+    # and text as ISO 8601
+    time_format: str | None = None
     item_features: list[str] = field(default_factory=list)
 
 
@@ -281,7 +284,7 @@ def _validate_shuffle(cfg: Config) -> None:
                           "were written; shuffle when materializing instead")
 
 
-_INTERACTION_KEYS = ("user", "item", "time", "item_features")
+_INTERACTION_KEYS = ("user", "item", "time", "time_format", "item_features")
 
 
 def _validate_interactions(d: DataConfig) -> None:
@@ -307,6 +310,8 @@ def _validate_interactions(d: DataConfig) -> None:
         if cols is None or not getattr(cols, k):
             raise ConfigError(f"data.columns.{k}: reader interactions needs the {k} column")
     assert cols is not None
+    if cols.time_format is not None and not cols.time:
+        raise ConfigError("data.columns.time_format: formats data.columns.time; name it")
     seen: dict[str, str] = {}
     for role in ("user", "item", "time"):
         name = getattr(cols, role)

@@ -21,7 +21,8 @@ from cosparse.data.lines import read_blocks
 from cosparse.data.split import Split
 from cosparse.features import kernels as K
 from cosparse.features.column_map import column_ids, column_seed
-from cosparse.features.types import FLOAT, INT, Column
+from cosparse.features.transforms.time import seconds
+from cosparse.features.types import FLOAT, INT, STRING, Column
 
 
 def _sorted(user: np.ndarray, item: np.ndarray, time: np.ndarray, row: np.ndarray,
@@ -120,7 +121,8 @@ def read_table(data: DataConfig, cols: ColumnsConfig) -> InteractionLog:
             bad += int((~ok).sum())
         for role in ("user", "item"):
             parts[role].append(_ids(c[roles[role]], cols, role)[ok])  # type: ignore[index]
-        parts["time"].append(_time(c[cols.time], path)[ok] if cols.time else rows[ok])
+        parts["time"].append(_time(c[cols.time], cols.time_format, path)[ok] if cols.time
+                             else rows[ok])
         parts["row"].append(rows[ok])
         parts["label"].append(batch.labels[ok])
         for f in cols.item_features:
@@ -141,10 +143,16 @@ def _ids(col: Column, cols: ColumnsConfig, role: str) -> np.ndarray:
     return out
 
 
-def _time(col: Column, path: str) -> np.ndarray:
-    if col.kind == INT:
+def _time(col: Column, fmt: str | None, path: str) -> np.ndarray:
+    """The time column as integers: numbers as they are, text (or ``fmt``) as unix seconds."""
+    if fmt is None and col.kind == INT:
         return col.values.astype(np.int64)
-    if col.kind == FLOAT:
+    if fmt is None and col.kind == FLOAT:
         return np.nan_to_num(col.values).astype(np.int64)
-    raise DataError(f"{path}: data.columns.time: the time column holds {col.kind} values; give "
-                    "numbers (unix seconds, or any increasing count)")
+    if fmt is None and col.kind != STRING:
+        raise DataError(f"{path}: data.columns.time: the time column holds {col.kind} values, "
+                        "not times")
+    try:
+        return seconds(col, fmt or "iso8601")
+    except DataError as e:
+        raise DataError(f"{path}: data.columns.time: {e} (set data.columns.time_format)") from None
