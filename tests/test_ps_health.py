@@ -64,6 +64,18 @@ def _stop_and_measure(sh: EmbeddedShards, work, stop_after_s: float) -> tuple[fl
         os.kill(sh.pids[0], signal.SIGCONT)
 
 
+def _pull_once_back(c, ids: np.ndarray, within_s: float = 15.0):
+    """A pull from a resumed shard, retried while it is still reported silent (bounded)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return c.pull("t", ids)
+        except PSUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 @pytest.mark.parametrize("load", ["idle", "large pushes", "a large push after the stop"])
 def test_a_stopped_shard_is_reported_within_5s_with_its_real_silence(shards, load):
     sh = shards
@@ -89,5 +101,5 @@ def test_a_stopped_shard_is_reported_within_5s_with_its_real_silence(shards, loa
         silence = _reported_silence(err)
         # the real silence: within one heartbeat interval of the time since the stop
         assert abs(silence - took) <= HEARTBEAT_S, f"said {silence:.1f} s, was {took:.1f} s: {err}"
-        # resumed, it serves again
-        assert c.pull("t", ids[:10]).rows.shape == (10, CFG.dim)
+        # resumed, it serves again (a loaded machine may take a few heartbeats to schedule it)
+        assert _pull_once_back(c, ids[:10]).rows.shape == (10, CFG.dim)
