@@ -128,6 +128,7 @@ def test_negatives_are_unseen_items_and_never_enter_histories(tmp_path):
     ({"split": {"by": "hash", "key": "u"}}, "data.split.by"),
     ({"reader": "csv", "negatives": {}}, "data.negatives: samples negatives"),
     ({"reader": "csv", "columns": {"user": "u"}}, "data.columns.user"),
+    ({"reader": "csv"}, "data.events.layout"),  # (RUN's events say layout: user_items)
 ])
 def test_bad_interaction_keys_are_config_errors_naming_the_key(data, message):
     raw = copy.deepcopy(RUN)

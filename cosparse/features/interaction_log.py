@@ -69,11 +69,10 @@ def read_user_items(data: DataConfig, cols: ColumnsConfig) -> InteractionLog:
     lengths = ends - starts
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     text = buf[~space]  # the tokens back to back
-    is_user = first
     user_ids = K.hash_strings(text, offsets, column_seed(cols.hash_seed, "user"), 0)
     item_ids = K.hash_strings(text, offsets, column_seed(cols.hash_seed, "item"), 0)
-    owner = np.maximum.accumulate(np.where(is_user, np.arange(len(starts)), 0))
-    events = np.flatnonzero(~is_user)
+    owner = np.maximum.accumulate(np.where(first, np.arange(len(starts)), 0))
+    events = np.flatnonzero(~first)  # every token after a line's first
     if len(events) == 0:
         raise DataError(f"{path}: no interactions (expected lines 'user item1 item2 ...')")
     time = events - owner[events]  # the position in the user's line
@@ -110,15 +109,15 @@ def read_table(data: DataConfig, cols: ColumnsConfig) -> InteractionLog:
         bad += batch.bad_records
         c = batch.columns
         ok = np.ones(batch.num_rows, np.bool_)
-        for name in roles.values():
-            if name:
-                ok &= c[name].present_mask()
-        if not ok.all():
-            if data.on_bad_record == "fail":
-                r = int(rows[np.flatnonzero(~ok)[0]])
-                raise DataError(f"{path}: row {r} (0-based): no {', '.join(n for n in wanted)}"
-                                " value (the user, item and time are needed)")
-            bad += int((~ok).sum())
+        for role, name in roles.items():
+            if not name:
+                continue
+            present = c[name].present_mask()
+            if data.on_bad_record == "fail" and not present.all():
+                r = int(rows[np.flatnonzero(~present)[0]])
+                raise DataError(f"{path}: row {r} (0-based): no {role} (column {name})")
+            ok &= present
+        bad += int((~ok).sum())
         for role in ("user", "item"):
             parts[role].append(_ids(c[roles[role]], cols, role)[ok])  # type: ignore[index]
         parts["time"].append(_time(c[cols.time], cols.time_format, path)[ok] if cols.time
