@@ -29,6 +29,8 @@ class SparseBatch:
     dense_keys: names of the ``dense`` columns, when the source names them (the feature platform).
     features_computed: feature computations the extractor ran to build this batch (0: no platform).
     build_ms: time the reader took to build this batch (parse and featurize), wherever it ran.
+    worker_spans: ``[pid, [[name, t0, t1], ...]]``: what the data worker that built this batch
+             did for it, when (perf_counter seconds; the step records' trace), or None.
     prepared_ids: per table, the ID work a data worker already did (``TableIds``), or None; such
              a batch's ID columns hold each table's row keys (its IDs after ``hash_size``).
     """
@@ -48,6 +50,7 @@ class SparseBatch:
     dense_keys: list[str] | None = field(default=None, compare=False)
     features_computed: int = field(default=0, compare=False)
     build_ms: float = field(default=0.0, compare=False)
+    worker_spans: list | None = field(default=None, repr=False, compare=False)
     prepared_ids: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -98,6 +101,7 @@ class SparseBatch:
             dense_keys=self.dense_keys,
             features_computed=self.features_computed,
             build_ms=self.build_ms,
+            worker_spans=self.worker_spans,
         )
 
     # --- TorchRec KeyedJaggedTensor layout -------------------------------------------------
@@ -129,6 +133,7 @@ class SparseBatch:
             "dense_keys": None if self.dense_keys is None else list(self.dense_keys),
             "features_computed": self.features_computed,
             "build_ms": self.build_ms,
+            "worker_spans": self.worker_spans,
         }
 
     @classmethod
@@ -144,6 +149,7 @@ class SparseBatch:
             dense_keys=a.get("dense_keys"),  # type: ignore[arg-type]
             features_computed=int(a.get("features_computed", 0)),  # type: ignore[arg-type]
             build_ms=float(a.get("build_ms", 0.0)),  # type: ignore[arg-type]
+            worker_spans=a.get("worker_spans"),  # type: ignore[arg-type]
         )
 
 

@@ -194,6 +194,28 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from cosparse.report.explain import explain
+
+    e = explain(Path(args.run), args.threshold_ms, args.steps, args.top)
+    print(e.text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(e.to_json(), indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _step_range(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi if sep else lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected FROM-TO, e.g. 100-120") from None
+    if not 1 <= a <= b:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 1 <= FROM <= TO")
+    return a, b
+
+
 def _compare(args: argparse.Namespace) -> int:
     from cosparse.report.compare import compare
 
@@ -525,6 +547,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("compare", help="a compare.json of `cosparse compare`")
     r.add_argument("--out", default=None, help="the HTML file (default: report.html beside it)")
     r.set_defaults(func=_report)
+    ex = sub.add_parser("explain", help="attribute a run's slow steps: the stage that grew and "
+                                        "the likely cause, from its step records")
+    ex.add_argument("run", help="a run directory (with steps.jsonl) or a steps file")
+    ex.add_argument("--threshold-ms", type=float, default=None,
+                    help="steps slower than this are slow (default: at or above the run's p99)")
+    ex.add_argument("--steps", type=_step_range, default=None,
+                    help="explain these steps, FROM-TO, slow or not")
+    ex.add_argument("--top", type=int, default=20, help="at most this many steps, the slowest")
+    ex.add_argument("--json", default=None, help="also write the attribution as JSON here")
+    ex.set_defaults(func=_explain)
     _add_tune(sub)
     _add_ps(sub)
     _add_features(sub)

@@ -32,7 +32,13 @@ from cosparse.config.sizes import parse_bytes
 from cosparse.config.store import HostTierConfig, RemoteConfig, StoreConfig, TierConfig
 from cosparse.config.supply import SupplyConfig
 from cosparse.config.tables import InitConfig, OptimizerConfig, TableConfig
-from cosparse.config.train import CheckpointConfig, EarlyStopConfig, TrainConfig
+from cosparse.config.train import (
+    CheckpointConfig,
+    EarlyStopConfig,
+    HealthConfig,
+    TraceConfig,
+    TrainConfig,
+)
 from cosparse.config.validate import validate
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
     "DenseOptimizerConfig",
     "EarlyStopConfig",
     "EventsConfig",
+    "HealthConfig",
     "FeaturesConfig",
     "HostTierConfig",
     "InitConfig",
@@ -62,6 +69,7 @@ __all__ = [
     "SplitConfig",
     "ShardingKind",
     "StoreConfig",
+    "TraceConfig",
     "SupplyConfig",
     "SyntheticConfig",
     "TableConfig",

@@ -55,6 +55,30 @@ class EarlyStopConfig:
 
 
 @dataclass
+class TraceConfig:
+    """A Chrome/Perfetto trace (JSON ``traceEvents``) of chosen steps, written to ``path`` when
+    the run ends: the steps ``steps: [from, to]`` (inclusive), or the ``slowest`` N steps."""
+
+    path: str = ""
+    steps: list[int] | None = None
+    slowest: int | None = None  # (10 when neither is given)
+
+
+@dataclass
+class HealthConfig:
+    """Live health warnings, judged every interval (``cosparse.train.health``)."""
+
+    # the device hit rate over the best achievable one for the same capacity (the bound),
+    # below which a table's cache is reported as not earning its keep...
+    hit_rate_floor: float = 0.8
+    intervals_below: int = 3  # ...for this many intervals in a row
+    bound_sample_steps: int = 200  # the recent batches of IDs the bound is computed on
+    # the trainer's wait for the prefetch/planner thread, as a share of the interval's step time
+    planner_wait_share: float = 0.25
+    stale_drop_rate: float = 0.05  # architecture B's stale drops per delivered row
+
+
+@dataclass
 class TrainConfig:
     steps: int = 1000
     epochs: int = 1  # passes over a finite reader; `steps` caps the total
@@ -85,6 +109,8 @@ class TrainConfig:
     # the first steps a process trains, left out of the run summary's timing figures
     # (compilation, first fills); the summary measures every step when the run is no longer
     timing_warmup_steps: int = 10
+    trace: TraceConfig | None = None  # None: no trace (the step records are always written)
+    health: HealthConfig = field(default_factory=HealthConfig)
 
 
 def validate_train(cfg: Config) -> None:
@@ -99,7 +125,21 @@ def validate_train(cfg: Config) -> None:
     if cfg.train.keep_best and not ck.dir:
         raise ConfigError("train.keep_best: needs train.checkpoint.dir (the best state is kept "
                           "as a checkpoint under it)")
+    _validate_trace(cfg)
     _validate_autotune(cfg)
+
+
+def _validate_trace(cfg: Config) -> None:
+    tr = cfg.train.trace
+    if tr is None:
+        return
+    if not tr.path:
+        raise ConfigError("train.trace.path: the file the trace is written to is needed")
+    if tr.steps is not None and tr.slowest is not None:
+        raise ConfigError("train.trace: give steps: [from, to] or slowest: N, not both")
+    if tr.steps is not None and (len(tr.steps) != 2 or not 1 <= tr.steps[0] <= tr.steps[1]):
+        raise ConfigError(f"train.trace.steps: {tr.steps} is not [from, to] with "
+                          "1 <= from <= to (steps count from 1)")
 
 
 def _validate_autotune(cfg: Config) -> None:

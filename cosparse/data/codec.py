@@ -4,6 +4,7 @@ worker's queue."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Protocol
 
@@ -20,7 +21,9 @@ class PlainCodec:
     def encode(self, task: Any) -> dict[str, Any]:  # in the worker
         t0 = time.perf_counter()
         batch = self.reader.build(task)
-        batch.build_ms = (time.perf_counter() - t0) * 1e3  # the featurize stage
+        t1 = time.perf_counter()
+        batch.build_ms = (t1 - t0) * 1e3  # the featurize stage
+        batch.worker_spans = [os.getpid(), [["build (read, featurize)", t0, t1]]]
         return batch.to_arrays()
 
     def decode(self, payload: dict[str, Any]) -> SparseBatch:  # in the consumer

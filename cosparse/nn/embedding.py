@@ -100,7 +100,7 @@ class EmbeddingCollection(nn.Module):
         for name, cfg in self.configs.items():
             out[name] = done.get(name) or table_ids(batch, cfg.features, cfg.hash_size,
                                                     cfg.pooling, dedupers[name])
-        return PreparedBatch(batch, out, (time.perf_counter() - t0) * 1e3)
+        return PreparedBatch(batch, out, (time.perf_counter() - t0) * 1e3, prep_at=t0)
 
     def stage(self, prepared: PreparedBatch, blocking: bool = True) -> PreparedBatch:
         """Plan a training batch: make its rows resident on the device and pin them.
@@ -114,7 +114,14 @@ class EmbeddingCollection(nn.Module):
         for name, mask in admitted.items():
             uniques[name] = uniques[name][mask]
         sources = self.delivery.sources(prepared.batch.delivery) if self.delivery else None
+        shrinks = self.planner.shrinks
         plans = self.planner.plan(uniques, blocking, sources)
+        prepared.plan_stats = {
+            "lookups": sum(p.slots.shape[0] for p in plans.values()),
+            "misses": sum(p.miss_ids.shape[0] for p in plans.values()),
+            "evictions": sum(p.victims for p in plans.values()),
+            "shrinks": self.planner.shrinks - shrinks,
+        }
         if sources:
             self.delivery.settle(sources)
         prepared.slots = {name: p.slots for name, p in plans.items()}
@@ -124,6 +131,7 @@ class EmbeddingCollection(nn.Module):
             slots[mask] = prepared.slots[name]
             prepared.slots[name] = slots
         prepared.plan_ms = (time.perf_counter() - t0) * 1e3
+        prepared.plan_at = t0
         return prepared
 
     def prepare_and_stage(self, batch: SparseBatch) -> PreparedBatch:

@@ -36,6 +36,11 @@ class PreparedBatch:
     slots: dict[str, np.ndarray] | None = None
     plan_ms: float = 0.0  # planning, filling included
     fill_ms: float = 0.0  # bringing the misses' rows in
+    prep_at: float = 0.0  # perf_counter when the ID work started (the step records' spans)
+    plan_at: float = 0.0  # ... when planning started
+    # what planning this batch did, summed over its tables: unique IDs looked up, device misses,
+    # device rows evicted, lookahead shrinks (the step records' counters)
+    plan_stats: dict[str, int] | None = None
     # many ranks (``cosparse.parallel``): the rank's own shards' prepared global batch and the
     # batch's input distribution, which the sharded collection reads
     shard: Any = None

@@ -20,6 +20,7 @@ from cosparse.link import LinkShaper
 from cosparse.ps import protocol as P
 from cosparse.ps.connections import Pending, ShardConnections
 from cosparse.ps.errors import PSAuthError, PSError, PSUnavailable
+from cosparse.spans import SPANS
 
 MAX_SESSION_RETRIES = 3
 _PUSH_OPS = (P.OP_PUSH, P.OP_PUSH_ROWS)
@@ -156,6 +157,7 @@ class Call:
                 except P.ProtocolError as e:
                     raise PSAuthError(i, ep, P.E_AUTH, f"reply: {e}") from e
             del self.pending[msg.request_id]
+            SPANS.request(P.OP_NAMES.get(pend.op, str(pend.op)), i, pend.sent, time.monotonic())
             if pend.idx < 0:
                 self._opened(i, msg)
                 continue

@@ -84,7 +84,7 @@ class DeviceCache(SlabRows):
             if not room:
                 kernels.add_pins(slots[hit], dev.pins, -1)
                 raise CapacityError(
-                    f"table '{self.cfg.name}': the device tier holds {dev.capacity} rows but "
+                    f"table '{self.cfg.name}': the device tier holds {dev.limit} rows but "
                     f"one batch needs {unique.shape[0]} unique rows (store.device is too small)"
                 )
             miss_slots = dev.alloc(miss_ids.shape[0]) if miss_ids.shape[0] else miss_ids

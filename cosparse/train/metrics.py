@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cosparse.store.types import TableCounters
 from cosparse.strict_json import dumps_metrics
 
@@ -43,6 +45,15 @@ class MetricsSink:
                     self._tb.add_scalar(f"{record.get('kind', 'train')}/{k}", v, step)
             self._tb.flush()
 
+    def histograms(self, kind: str, step: int, samples: dict[str, np.ndarray]) -> None:
+        """TensorBoard histograms of an interval's samples (stage times, PS latencies)."""
+        if self._tb is None:
+            return
+        for name, values in samples.items():
+            if len(values):
+                self._tb.add_histogram(f"{kind}/{name}", np.asarray(values), step)
+        self._tb.flush()
+
     def close(self) -> None:
         if self._json is not None:
             self._json.close()
@@ -65,6 +76,7 @@ class IntervalStats:
         self.loss_steps = 0  # steps whose loss counts (not skipped)
         self.skipped = 0
         self.stage_ms: dict[str, float] = {}
+        self.stage_steps: dict[str, list[float]] = {}  # each step's time in each stage
         self.started = time.perf_counter()
         self.step_ms: list[float] = []
 
@@ -81,6 +93,11 @@ class IntervalStats:
         self.step_ms.append(step_ms)
         for k, v in stages.items():
             self.stage_ms[k] = self.stage_ms.get(k, 0.0) + v
+            self.stage_steps.setdefault(k, []).append(v)
+
+    def stage_samples(self) -> dict[str, np.ndarray]:
+        """Each stage's time (ms) in every step of the interval."""
+        return {k: np.asarray(v) for k, v in self.stage_steps.items()}
 
     def summary(self) -> dict[str, float]:
         elapsed = time.perf_counter() - self.started
@@ -91,12 +108,40 @@ class IntervalStats:
             "samples_per_s": self.samples / elapsed if elapsed > 0 else 0.0,
         }
         if self.step_ms:
-            s = sorted(self.step_ms)
-            out["step_ms_p50"] = s[len(s) // 2]
-            out["step_ms_p99"] = s[min(len(s) - 1, int(0.99 * len(s)))]
+            out["step_ms_p50"], out["step_ms_p99"] = percentiles(self.step_ms)
         for k, v in self.stage_ms.items():
             out[f"stage_ms.{k}"] = v / n
+            out[f"stage_ms_p50.{k}"], out[f"stage_ms_p99.{k}"] = percentiles(self.stage_steps[k])
         return out
+
+
+def percentiles(values: list[float] | np.ndarray) -> tuple[float, float]:
+    """The p50 and p99 of ``values`` (nearest rank, as the step-time figures always were)."""
+    s = np.sort(np.asarray(values, dtype=np.float64))
+    return float(s[len(s) // 2]), float(s[min(len(s) - 1, int(0.99 * len(s)))])
+
+
+# the PS latency histograms' bucket edges (ms): log-spaced, 10 us to 100 s
+LATENCY_EDGES_MS = np.logspace(-2, 5, 29)
+
+
+def latency_figures(samples: dict[str, np.ndarray]) -> dict[str, Any]:
+    """An interval's PS request latencies (``ps_ms.<op>.shard<i>`` -> ms each): p50, p99 and
+    count scalars per op and shard, and their histograms (``ps_latency_ms``: counts per
+    ``LATENCY_EDGES_MS`` bucket, the first and last open-ended)."""
+    out: dict[str, Any] = {}
+    hist: dict[str, dict[str, Any]] = {}
+    for key, v in sorted(samples.items()):
+        if not len(v):
+            continue
+        out[f"{key}.p50"], out[f"{key}.p99"] = percentiles(v)
+        out[f"{key}.count"] = int(len(v))
+        counts = np.bincount(np.searchsorted(LATENCY_EDGES_MS, v), minlength=len(LATENCY_EDGES_MS) + 1)
+        hist[key.removeprefix("ps_ms.")] = {"counts": counts.tolist()}
+    if hist:
+        out["ps_latency_ms"] = {"edges": [round(float(e), 6) for e in LATENCY_EDGES_MS],
+                                **hist}
+    return out
 
 
 class CounterDeltas:

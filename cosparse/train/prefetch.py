@@ -39,6 +39,7 @@ class Prefetcher:
         self._fn = fn
         self._lookahead = lookahead
         self.wait_ms = 0.0
+        self.last_wait = (0.0, 0.0)  # the last item's wait: perf_counter start and end
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, lookahead))
@@ -70,14 +71,18 @@ class Prefetcher:
                     item = next(it)
                 except StopIteration:
                     return
-                self.wait_ms += (time.perf_counter() - t0) * 1e3
+                t1 = time.perf_counter()
+                self.wait_ms += (t1 - t0) * 1e3
+                self.last_wait = (t0, t1)
                 yield self._fn(item)
         self._thread = threading.Thread(target=self._run, name="cosparse-prefetch", daemon=True)
         self._thread.start()
         while True:
             t0 = time.perf_counter()
             out = self._get()
-            self.wait_ms += (time.perf_counter() - t0) * 1e3
+            t1 = time.perf_counter()
+            self.wait_ms += (t1 - t0) * 1e3
+            self.last_wait = (t0, t1)
             if out is _DONE:
                 return
             if isinstance(out, BaseException):

@@ -54,7 +54,7 @@ from cosparse.train.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from cosparse.train.dense import make_dense_optimizer, pick_device
+from cosparse.train.dense import make_dense_optimizer, pick_device, warm_up_vector_math
 from cosparse.train.early_stop import EarlyStopper
 from cosparse.train.evaluate import joined_batches, log_loss, roc_auc
 from cosparse.train.inputs import (
@@ -65,7 +65,7 @@ from cosparse.train.inputs import (
 )
 from cosparse.train.leftovers import sweep_dead_runs
 from cosparse.train.live import Reconfigure, set_live
-from cosparse.train.metrics import IntervalCounters, IntervalStats, MetricsSink
+from cosparse.train.metrics import IntervalCounters, IntervalStats, MetricsSink, latency_figures
 from cosparse.train.nonfinite import NonFiniteLoss
 from cosparse.train.prefetch import Prefetcher
 from cosparse.train.sharded_checkpoint import (
@@ -75,6 +75,7 @@ from cosparse.train.sharded_checkpoint import (
     save_sharded,
 )
 from cosparse.train.sizing import SizingReport, describe, measure_dense_bytes, size_tiers
+from cosparse.train.step_records import StepRecorder, steps_path
 from cosparse.train.summary import RunSummary
 from cosparse.tune.hotness import table_hotness
 
@@ -103,6 +104,7 @@ class Trainer:
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
             numba.set_num_threads(min(cfg.train.threads, numba.config.NUMBA_NUM_THREADS))
+        warm_up_vector_math()
         torch.manual_seed(cfg.train.seed)
         self.device = pick_device(cfg.train.device)
         self.inputs = inputs or model_inputs(cfg)
@@ -150,6 +152,12 @@ class Trainer:
             leader = self.ranks is None or self.ranks.world.leader  # one rank writes metrics
             self.sink = MetricsSink(cfg.train.metrics_json if leader else None,
                                     cfg.train.tensorboard_dir if leader else None)
+            self.recorder = StepRecorder(
+                steps_path(cfg.train.metrics_json) if leader and cfg.train.metrics_json else None,
+                cfg.train.trace if leader else None,
+                {"supply_path": cfg.supply.path, "lookahead": cfg.supply.lookahead,
+                 "tiered": cfg.store.tiered, "log_every": cfg.train.log_every},
+                self.path.counters, lambda: self.ec.counters())
         except BaseException:
             self.path.close()
             if self.ranks:
@@ -171,6 +179,7 @@ class Trainer:
         self._saves = 0  # checkpoints this process committed
         self._saved: tuple[int, Path] | None = None  # the last checkpoint in checkpoint.dir
         self._stages: dict[str, float] = {}
+        self._marks: dict[str, float] = {}  # when each of the trainer's own stages started
         self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
         self._trained_here = 0  # steps this process trained (the summary's timing warm-up)
         self._comm_seen: dict[str, tuple[float, float]] = {}  # rank-rank counters at a baseline
@@ -401,6 +410,8 @@ class Trainer:
         t3 = time.perf_counter()
         ec = {k: self.ec.stage_ms[k] - ec0.get(k, 0.0) for k in ("gather", "writeback")}
         late = self.ec.stage_ms["fill"] - ec0.get("fill", 0.0) - prepared.fill_ms  # at the gather
+        self._marks = {"forward": t0, "backward": t1, "optim": t2,
+                       "writeback": t3 - ec["writeback"] / 1e3}
         self._stages = {  # (read: the prefetch wait, added by the caller)
             "featurize": batch.build_ms,
             "prep": prepared.prep_ms,
@@ -480,6 +491,7 @@ class Trainer:
                     self.ec.planner.reset(self.state.step)
                 if failure is not None:
                     self.path.fall_back(failure, self.state.step)
+                    self.recorder.fallback(failure)
                 elif self._pending is not None:
                     self._reconfigure(self._pending)
         finally:
@@ -535,8 +547,6 @@ class Trainer:
         """Train one prepared batch, then log, checkpoint and evaluate when due (and stop
         early when early stopping says so)."""
         cfg = self.cfg
-        t0 = time.perf_counter()
-        wait0 = prefetch.wait_ms
         loss = self._train_step(prepared)
         self.losses.append(loss)
         skipped = not math.isfinite(loss)  # (train.on_nonfinite: skip_batch; stop raised)
@@ -552,8 +562,16 @@ class Trainer:
         self._trained_here += 1
         self.progress.beat(f"trained step {self.state.step}")
         self.path.on_step(self.state.step)
-        stages = dict(self._stages, read=prefetch.wait_ms - wait0)
-        step_ms = (time.perf_counter() - t0) * 1e3
+        wait = prefetch.last_wait  # this batch's (a wait, from the step before's end)
+        read = (wait[1] - wait[0]) * 1e3
+        inline = cfg.supply.lookahead == 0  # (then the wait prepared and planned the batch)
+        if inline:
+            read = max(0.0, read - prepared.prep_ms - prepared.plan_ms)
+        stages = dict(self._stages, read=read)
+        t_end = time.perf_counter()
+        step_ms = (t_end - wait[0]) * 1e3
+        self.recorder.step(self.state.step, wait, t_end, stages, self._marks, prepared, loss,
+                           "trainer" if inline else "prefetch/planner")
         stats.add_step(prepared.batch.batch_size, loss, step_ms, stages, skipped=skipped)
         summary.add_step(prepared.batch.batch_size, loss, step_ms, stages, skipped=skipped)
         bar.update(1)
@@ -637,7 +655,11 @@ class Trainer:
     def _log_interval(self, stats: IntervalStats, bar: tqdm | None) -> dict[str, Any]:
         rec = {"kind": "train", "step": self.state.step, **stats.summary(), **self._cumulative()}
         rec.update(self._counter_figures(self.interval_counters, stats.steps, "interval"))
+        samples = {f"stage_ms.{k}": v for k, v in stats.stage_samples().items()}
+        ps = {f"ps_ms.{k}": v for k, v in self.recorder.ps_latency_samples().items()}
+        rec.update(latency_figures(ps))
         self.sink.write(rec)
+        self.sink.histograms("train", self.state.step, {**samples, **ps})
         if self.on_interval is not None:
             answer = self.on_interval(rec)
             if answer is not None and answer.changes:
@@ -737,8 +759,12 @@ class Trainer:
         return out
 
     def close(self) -> None:
-        """Flush the metrics and stop what the supply path started (safe to call twice)."""
+        """Flush the metrics and the step records, write the trace (``train.trace``), and stop
+        what the supply path started (safe to call twice)."""
         self.sink.close()
+        trace = self.recorder.close()
+        if trace is not None:
+            self.log(f"trace: {trace} (open it in ui.perfetto.dev or chrome://tracing)")
         self.path.close()
         if self.ranks:
             self.ranks.world.close()

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from cosparse.ps.protocol import shard_of
+from cosparse.spans import SPANS
 from cosparse.supply.collaborative.resident_filter import FilterBoard, FilterLayout
 from cosparse.supply.collaborative.types import DeliveredRows, Delivery, SupplyCounters
 from cosparse.supply.collaborative.writeback_log import LoggedRemote, WriteBackLog
@@ -124,9 +125,11 @@ class CollaborativeSupply:
     # --- the resident filter ------------------------------------------------------------------
     def publish(self, step: int) -> None:
         """Build and publish the filter now (on the caller's thread)."""
+        t0 = time.perf_counter()
         resident = {name: t.resident_ids() for name, t in self.tables.items()}
         self.board.publish(resident, step)
         self.counters.publishes += 1
+        SPANS.work(f"publish filter (step {step})", t0)
 
     def on_step(self, step: int) -> None:
         """The trainer finished ``step``: every ``publish_every`` steps, ask for a new filter."""

@@ -116,7 +116,8 @@ class CollaborativeCodec:
     def encode(self, task: Any) -> tuple[Any, ...]:
         t0 = time.perf_counter()
         batch = self.reader.build(task)
-        build_ms = (time.perf_counter() - t0) * 1e3
+        t_built = time.perf_counter()
+        build_ms = (t_built - t0) * 1e3
         client, view = self._connect()
         arrays: dict[str, np.ndarray] = {k: v for k, v in batch.to_arrays().items()
                                          if k in _SAMPLE_ARRAYS}
@@ -158,7 +159,10 @@ class CollaborativeCodec:
         meta = {"keys": list(batch.keys), "bad_records": batch.bad_records, "index": batch.index,
                 "dense_keys": batch.dense_keys, "features_computed": batch.features_computed,
                 "pid": os.getpid(), "worker_ps_bytes": moved - self._reported,
-                "payload": payload, "build_ms": build_ms}
+                "payload": payload, "build_ms": build_ms,
+                "worker_spans": [os.getpid(), [["build (read, featurize)", t0, t_built],
+                                               ["dedup, filter, pull cold rows", t_built,
+                                                time.perf_counter()]]]}
         self._reported = moved
         return ("shm", path, layout, meta)
 
@@ -200,7 +204,8 @@ class CollaborativeCodec:
                                          "index": meta["index"],
                                          "dense_keys": meta.get("dense_keys"),
                                          "features_computed": meta.get("features_computed", 0),
-                                         "build_ms": meta["build_ms"]})
+                                         "build_ms": meta["build_ms"],
+                                         "worker_spans": meta.get("worker_spans")})
         batch.prepared_ids = prepared
         delivery = Delivery(worker_ps_bytes=meta["worker_ps_bytes"], worker_pid=meta["pid"])
         for t in self.tables:
