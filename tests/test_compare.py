@@ -66,6 +66,11 @@ def test_compare_writes_both_runs_and_a_report(tmp_path, capsys):
     assert not doc.errors
     assert set(SECTION_IDS) <= set(doc.section_ids)
     assert "bit-identical" in doc.section_text("loss")
+    # each run's slowest steps, explained (cosparse explain on its step records)
+    for run in (a, b):
+        assert run["slow_steps"]["steps"] == 12 and run["slow_steps"]["slow"]
+    assert "Slow steps" in (out / "report.html").read_text()
+    assert "slow_steps" in doc.section_ids
 
 
 def test_an_older_compare_json_is_rendered_with_its_stages_renamed_and_says_so(tmp_path, capsys):

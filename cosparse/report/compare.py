@@ -27,9 +27,11 @@ from cosparse.config import (
     switch_preset,
 )
 from cosparse.report.compare_file import COMPARE_FORMAT
+from cosparse.report.explain import explain
 from cosparse.report.html import write_report
 from cosparse.strict_json import dumps_metrics
 from cosparse.train.host_usage import HostUsage
+from cosparse.train.step_records import steps_path
 from cosparse.train.trainer import Trainer
 
 _LINKS = {"worker_ps": "bytes.worker_ps", "trainer_ps.pull": "bytes.trainer_ps.pull",
@@ -53,13 +55,16 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any]]:
     return name, overrides
 
 
-def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None]) -> dict[str, Any]:
-    """Train ``cfg`` and return its figures as one ``compare.json`` run."""
+def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None],
+            records: Path | None = None) -> dict[str, Any]:
+    """Train ``cfg`` and return its figures as one ``compare.json`` run; ``records``: where
+    its metrics and step records go, whose slow steps the run's ``slow_steps`` explains."""
     steps = cfg.train.steps
     cfg.train.log_every = steps
     cfg.train.progress = False
     cfg.train.eval_every = 0
-    cfg.train.metrics_json = cfg.train.tensorboard_dir = None
+    cfg.train.metrics_json = str(records) if records is not None else None
+    cfg.train.tensorboard_dir = None
     cfg.train.checkpoint.every = 0
     cfg.train.timing_warmup_steps = 0  # (the warm-up is its own call, below)
     t = Trainer(cfg, log=lambda m: log(f"[{label}] {m}"))
@@ -90,9 +95,11 @@ def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None]) ->
         }
         to_device = [final[k] for k in _TO_DEVICE if k in final]
         run["bytes_per_step"]["host_device"] = sum(to_device) / measured if to_device else None
-        return run
     finally:
         t.close()
+    if records is not None:  # (the step records are complete once the trainer is closed)
+        run["slow_steps"] = explain(steps_path(str(records)), top=5).to_json()
+    return run
 
 
 def compare(config: str | Path, a: str, b: str, steps: int, out_dir: str | Path,
@@ -121,7 +128,9 @@ def compare(config: str | Path, a: str, b: str, steps: int, out_dir: str | Path,
     for key, cfg in cfgs.items():
         spec = a if key == "a" else b
         log(f"compare: running {key} = {spec} for {steps} steps ({warmup} warm-up)")
-        runs[key] = {**measure(cfg, warmup, spec, log), "preset": variants[key][0],
+        records = Path(out_dir) / f"{key}.metrics.jsonl"
+        records.unlink(missing_ok=True)
+        runs[key] = {**measure(cfg, warmup, spec, log, records), "preset": variants[key][0],
                      "overrides": variants[key][1]}
     la, lb = runs["a"]["losses"], runs["b"]["losses"]
     diff = max((abs(x - y) for x, y in zip(la, lb, strict=False)), default=0.0)

@@ -336,6 +336,28 @@ def host_section(runs: Sequence[Run]) -> str:
     return section("host", "Host CPU and memory", run_table(runs, rows))
 
 
+def slow_steps_section(runs: Sequence[Run]) -> str:
+    """``cosparse explain`` of each run: its slowest steps, the stage that grew, the cause."""
+    body = ""
+    for r in runs:
+        ex = _mapping(r.get("slow_steps"))
+        if not ex:
+            continue
+        rows = []
+        for s in ex.get("slow", []):
+            grown = ", ".join(f"{g[0]} {fmt_ms(g[1])} (median {fmt_ms(g[2])})"
+                              for g in s.get("grown", [])[:2])
+            causes = "; ".join(f"{c['kind']}: {c['text']}" for c in s.get("causes", [])[:2])
+            rows.append((str(s["step"]), [fmt_ms(s["step_ms"]), grown or "-",
+                                          causes or "none of the counters explains it"]))
+        body += table(["step", "time", "stages that grew", "likely cause"], rows,
+                      caption=f"{r.label}: median step {fmt_ms(ex.get('median_ms'))}, slow = "
+                              f"{ex.get('rule', '')}")
+    if not body:
+        return ""
+    return section("slow_steps", "Slow steps (cosparse explain)", body)
+
+
 # ---- document ------------------------------------------------------------------------------------
 
 def render_report(compare: Mapping[str, Any]) -> str:
@@ -344,7 +366,7 @@ def render_report(compare: Mapping[str, Any]) -> str:
     title = "cosparse compare: " + (" vs ".join(r.label for r in runs) or "no runs")
     sections = [loss_section(compare, runs), auc_section(runs), throughput_section(runs),
                 stages_section(runs), bytes_section(runs), hit_rate_section(runs), hbm_section(runs),
-                host_section(runs)]
+                host_section(runs), slow_steps_section(runs)]
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
