@@ -57,6 +57,7 @@ from cosparse.train.checkpoint import (
 from cosparse.train.dense import make_dense_optimizer, pick_device, warm_up_vector_math
 from cosparse.train.early_stop import EarlyStopper
 from cosparse.train.evaluate import joined_batches, log_loss, roc_auc
+from cosparse.train.health import HealthMonitor
 from cosparse.train.inputs import (
     WORKER_PRELOAD,
     ModelInputs,
@@ -158,6 +159,7 @@ class Trainer:
                 {"supply_path": cfg.supply.path, "lookahead": cfg.supply.lookahead,
                  "tiered": cfg.store.tiered, "log_every": cfg.train.log_every},
                 self.path.counters, lambda: self.ec.counters())
+            self.health = HealthMonitor(cfg.train.health, cfg.supply.lookahead, self.log)
         except BaseException:
             self.path.close()
             if self.ranks:
@@ -572,6 +574,8 @@ class Trainer:
         step_ms = (t_end - wait[0]) * 1e3
         self.recorder.step(self.state.step, wait, t_end, stages, self._marks, prepared, loss,
                            "trainer" if inline else "prefetch/planner")
+        self.health.observe({n: prepared.tables[n].unique for n in self._cached()
+                             if n in prepared.tables})
         stats.add_step(prepared.batch.batch_size, loss, step_ms, stages, skipped=skipped)
         summary.add_step(prepared.batch.batch_size, loss, step_ms, stages, skipped=skipped)
         bar.update(1)
@@ -658,6 +662,7 @@ class Trainer:
         samples = {f"stage_ms.{k}": v for k, v in stats.stage_samples().items()}
         ps = {f"ps_ms.{k}": v for k, v in self.recorder.ps_latency_samples().items()}
         rec.update(latency_figures(ps))
+        rec.update(self.health.judge(rec, self._cached()))
         self.sink.write(rec)
         self.sink.histograms("train", self.state.step, {**samples, **ps})
         if self.on_interval is not None:
@@ -673,6 +678,11 @@ class Trainer:
                 )
         stats.reset()
         return rec
+
+    def _cached(self) -> dict[str, int]:
+        """Each tiered table's device rows (the tables whose device hit rate means something)."""
+        return {name: t.dev.limit for name, t in getattr(self.ec, "tables", {}).items()
+                if isinstance(t, TieredTable)}
 
     def _reconfigure(self, r: Reconfigure) -> None:
         """Apply live knobs between two batches (the stream and planner are stopped)."""
@@ -762,6 +772,7 @@ class Trainer:
         """Flush the metrics and the step records, write the trace (``train.trace``), and stop
         what the supply path started (safe to call twice)."""
         self.sink.close()
+        self.health.close()
         trace = self.recorder.close()
         if trace is not None:
             self.log(f"trace: {trace} (open it in ui.perfetto.dev or chrome://tracing)")
