@@ -16,6 +16,10 @@ token bucket. Ratios, all measured in this run:
 - ``total_ps_bytes_b_over_a``: trainer plus worker PS bytes per step;
 - ``samples_per_s_b_over_a``, per link setting (target >= 1.5 at 200 Mbps);
 - ``loss_identical``: both variants trained the same losses, step by step (must be true).
+
+``--sweep`` runs instead A against B one factor at a time from a base point, about 20 cells
+(``benchmarks.ab_sweep``): ``b_over_a`` per cell, ``where_b_loses`` with the reason of each, and
+an HTML report with the chart beside the JSON.
 """
 
 from __future__ import annotations
@@ -108,7 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="smallest run, for the smoke test")
     p.add_argument("--link-mbps", type=float, default=200.0)
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--sweep", action="store_true",
+                   help="A against B one factor at a time (locality, link, device share, "
+                        "sequence length): where B loses")
+    p.add_argument("--cells", default=None, help="with --sweep: only these cells (comma-separated)")
     a = p.parse_args(argv)
+    if a.sweep:
+        return run_sweep(a)
     raw, warmup, steps = workload(a.quick, a.tiny)
     t0 = time.perf_counter()
     pairs = {}
@@ -130,6 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in out.items() if k != "runs"}, indent=1))
     if a.json:
         write_json(a.json, out)
+    return 0
+
+
+def run_sweep(a: argparse.Namespace) -> int:
+    from benchmarks.ab_sweep import sweep
+    from cosparse.report.sweep_report import write_sweep_report
+
+    out = {"benchmark": "bench_ab_sweep",
+           "mode": "tiny" if a.tiny else "quick" if a.quick else "full",
+           "machine": {**machine_info(), "cpus": os.cpu_count()},
+           **sweep(a.quick, a.cells.split(",") if a.cells else None,
+                   lambda m: print(m, flush=True), tiny=a.tiny)}
+    print(json.dumps({k: out[k] for k in ("cells", "where_b_loses", "wall_s")}, indent=1))
+    if a.json:
+        write_json(a.json, out)
+        html = write_sweep_report(out, os.path.splitext(a.json)[0] + ".html")
+        print(f"wrote {a.json} and {html}")
     return 0
 
 
