@@ -18,6 +18,7 @@ from cosparse.config.data import (
     SequenceSyntheticConfig,
     ShuffleConfig,
     SplitConfig,
+    StreamConfig,
     SyntheticConfig,
 )
 from cosparse.config.errors import ConfigError
@@ -59,6 +60,7 @@ __all__ = [
     "RemoteConfig",
     "SequenceSyntheticConfig",
     "ShuffleConfig",
+    "StreamConfig",
     "SplitConfig",
     "ShardingKind",
     "StoreConfig",
