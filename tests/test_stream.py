@@ -196,8 +196,15 @@ def test_files_arriving_during_a_run_are_trained(tmp_path, reader, write):
                         checkpoint={"dir": str(tmp_path / "ck"), "every_s": 0.5, "keep": 50})
     t = Trainer(config_from_mapping(raw), log=print)
     try:
-        writer = _later(0.5, lambda: (write(watch, f"b.{reader}", 20, 13), time.sleep(1.2),
-                                      write(watch, f"c.{reader}", 33, 9)))
+        def arrive() -> None:  # b once a is trained; c 1.2 s after b is (the trainer idle)
+            for step, name, start, n in ((3, "b", 20, 13), (5, "c", 33, 9)):
+                t0 = time.monotonic()
+                while t.state.step < step and time.monotonic() - t0 < 20:
+                    time.sleep(0.02)
+                time.sleep(1.2 if name == "c" else 0.1)
+                write(watch, f"{name}.{reader}", start, n)
+
+        writer = _later(0.0, arrive)
         out = t.run()
         writer.join()
     finally:
@@ -209,9 +216,12 @@ def test_files_arriving_during_a_run_are_trained(tmp_path, reader, write):
     assert evals and all(r["progressive"] for r in evals)
     assert evals[-1]["eval_samples"] == 42 and evals[-1]["step"] == 7
     assert 0.0 < evals[-1]["logloss"] < 5.0
-    saved = checkpoints(tmp_path / "ck")
-    assert len(saved) >= 2  # by time: every_s, not every
-    assert read_meta(saved[-1])["stream"]["file"] in (f"b.{reader}", f"c.{reader}")
+    saved = [p.name for p in checkpoints(tmp_path / "ck")]
+    # by time: c's first step came 1.2 s after the step before it, so it saved (every_s 0.5)
+    assert "step_00000006" in saved and len(saved) < 7, saved
+    assert read_meta(tmp_path / "ck" / "step_00000006")["stream"] == {
+        "file": f"c.{reader}", "mtime_ns": os.stat(watch / f"c.{reader}").st_mtime_ns,
+        "rows": 8, "batches": 1}
 
 
 def test_a_stopped_stream_resumes_after_the_last_file_and_row_it_trained(tmp_path):

@@ -74,6 +74,7 @@ class StreamReader:
                                 f"{first_wait_s:g} s (data.stream.idle_timeout_s, else "
                                 "train.stall_timeout_s)")
             time.sleep(min(cfg.poll_s, 0.1))
+        self._initial = ready  # the first tasks of a fresh stream (no wait for a second poll)
         first = self._reader(str(watch.directory / ready[0].name))
         self.first_file = ready[0].name
         self.keys: list[str] = list(first.keys)
@@ -122,11 +123,15 @@ class StreamReader:
         cfg, index = self.cfg, start_batch
         self._positions.clear()
         pos = self._trained
-        after = Arrival(int(pos["mtime_ns"]), str(pos["file"])) if pos else None
+        if pos is None:  # from the beginning: the files complete at start-up first
+            pending = [(a, 0) for a in self._initial]
+            after = self._initial[-1]
+        else:  # the rest of the file of the last batch trained, then the files after it
+            after = Arrival(int(pos["mtime_ns"]), str(pos["file"]))
+            pending = [(after, int(pos["batches"]))]
         watch = DirWatch(cfg.watch, cfg.pattern, cfg.poll_s, after, self.log)
-        pending: list[tuple[Arrival, int]] = []
-        if pos is not None and (watch.directory / pos["file"]).is_file():
-            pending.append((after, int(pos["batches"])))  # type: ignore[arg-type]
+        if not (watch.directory / after.name).is_file():  # (removed since: nothing left of it)
+            pending = [p for p in pending if p[0] != after]
         idle_since = time.monotonic()
         while True:
             for arrival, skip in pending:
