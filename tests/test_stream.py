@@ -260,6 +260,20 @@ def test_a_stopped_stream_resumes_after_the_last_file_and_row_it_trained(tmp_pat
     assert out["step"] == 4 + 2 + 1 + 1 and t2.state.stream["file"] == "d.csv"
 
 
+def test_a_stream_trains_on_tiered_tables(tmp_path):
+    """The tiers are sized from the first batches: those of the files there at start-up."""
+    write_csv(tmp_path, "a.csv", 0, 12)
+    raw = _raw(tmp_path, idle_timeout_s=0.6)
+    raw["store"] = {"device": {"rows": 64, "policy": "lru"}}
+    t = Trainer(config_from_mapping(raw), log=print)
+    try:
+        _later(0.2, write_csv, tmp_path, "b.csv", 12, 10)
+        out = t.run()
+    finally:
+        t.close()
+    assert t.sizing is not None and t.progressive.scored == 22 and out["step"] == 4
+
+
 # --- config -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("change, message", [
     (lambda r: r["data"].update(reader="criteo_tsv", columns=None),
