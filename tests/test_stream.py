@@ -176,6 +176,34 @@ def test_an_idle_stream_yields_not_yet_and_beats_until_its_idle_timeout(tmp_path
     assert "waiting for files matching '*.csv'" in beats[0]
 
 
+CRITEO = Path(__file__).resolve().parents[2] / "shared/data/criteo/train_head10k.txt"
+
+
+def test_criteo_column_parquet_files_stream_without_data_columns(tmp_path):
+    """``reader: parquet`` without ``data.columns``: the Criteo columns, file after file."""
+    if not CRITEO.is_file():
+        pytest.skip(f"{CRITEO} not present")
+    from cosparse.data.columns import CRITEO_KEYS
+    from cosparse.data.parquet import read_criteo_tsv_table
+
+    table = read_criteo_tsv_table(CRITEO, rows=300)
+    for k, (lo, n) in enumerate(((0, 100), (100, 200))):
+        tmp = tmp_path / f"part{k}.parquet.tmp"
+        pq.write_table(table.slice(lo, n), tmp)
+        os.replace(tmp, tmp_path / f"part{k}.parquet")
+        os.utime(tmp_path / f"part{k}.parquet", (time.time() - 10 + k,) * 2)
+    raw = _raw(tmp_path, "parquet", idle_timeout_s=0.5)
+    raw["data"].update(columns=None, batch_size=64)
+    raw["tables"] = [{"name": "t", "dim": 4, "features": list(CRITEO_KEYS)}]
+    inputs = model_inputs(config_from_mapping(raw))
+    assert inputs.train.keys == list(CRITEO_KEYS) and inputs.train.num_dense == 13
+    with BatchStream(inputs.train, workers=1) as s:
+        batches = list(s)
+    assert [b.batch_size for b in batches] == [64, 36, 64, 64, 64, 8]
+    labels = np.concatenate([b.labels.numpy() for b in batches])
+    assert np.array_equal(labels, table.column("label").to_numpy().astype(np.float32))
+
+
 # --- the trainer ----------------------------------------------------------------------------------
 def _eval_records(path: Path) -> list[dict]:
     recs = [json.loads(line) for line in path.read_text().splitlines()]
