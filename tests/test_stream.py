@@ -204,6 +204,25 @@ def test_criteo_column_parquet_files_stream_without_data_columns(tmp_path):
     assert np.array_equal(labels, table.column("label").to_numpy().astype(np.float32))
 
 
+def test_the_progressive_window_holds_the_most_recent_rows():
+    from cosparse.train.evaluate import log_loss, roc_auc
+    from cosparse.train.progressive import ProgressiveWindow
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(50) < 0.4).astype(np.float32)
+    p = rng.random(50).astype(np.float32)
+    w = ProgressiveWindow(17)
+    assert w.scores() == {}
+    for lo, hi in ((0, 8), (8, 30), (30, 31), (31, 50)):
+        w.add(y[lo:hi], p[lo:hi])
+        keep = slice(max(0, hi - 17), hi)
+        got = w.scores()
+        assert w.rows == got["eval_samples"] == hi - keep.start and w.scored == hi
+        assert got["logloss"] == pytest.approx(log_loss(y[keep], p[keep]))
+        if len(set(y[keep].tolist())) == 2:
+            assert got["auc"] == pytest.approx(roc_auc(y[keep], p[keep]))
+
+
 # --- the trainer ----------------------------------------------------------------------------------
 def _eval_records(path: Path) -> list[dict]:
     recs = [json.loads(line) for line in path.read_text().splitlines()]

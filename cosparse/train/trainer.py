@@ -402,11 +402,11 @@ class Trainer:
         else:
             loss = F.binary_cross_entropy_with_logits(logits, labels)
         value = float(loss.detach())  # checked before any update is applied
-        if self.progressive is not None:  # the scores before this batch's update
+        finite = math.isfinite(value)
+        if self.progressive is not None and finite:  # the scores before this batch's update
             self.progressive.add(batch.labels.numpy(),
                                  torch.sigmoid(logits.detach()).float().cpu().numpy())
         t1 = time.perf_counter()
-        finite = math.isfinite(value)
         if not finite and self.cfg.train.on_nonfinite == "stop":
             raise NonFiniteLoss(self.state.step + 1, value, self.state.epoch,
                                 self.state.batch_in_epoch)
