@@ -8,7 +8,9 @@ refusals."""
 from __future__ import annotations
 
 import copy
+import gc
 import json
+import multiprocessing as mp
 import os
 import threading
 import time
@@ -29,6 +31,14 @@ from cosparse.train.inputs import model_inputs
 from cosparse.train.trainer import Trainer
 
 POLL = 0.1
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_workers():
+    """Every data worker a test started is gone after it."""
+    yield
+    gc.collect()
+    assert [p for p in mp.active_children() if p.name.startswith("cosparse-data")] == []
 
 
 def _rows(start: int, n: int) -> dict[str, list]:
