@@ -379,3 +379,35 @@ def test_a_missing_watch_directory_or_no_first_file_is_a_clear_error(tmp_path):
                                         r"file a.csv gave u"):
         list(BatchStream(inputs.train))
     assert StreamConfig().pattern == "*.parquet"
+
+
+def test_cosparse_train_streams_and_resumes_from_the_command_line(tmp_path):
+    """``cosparse train`` on a YAML config with data.stream, stopped at --steps and resumed
+    with --resume: the second run trains the rest, every row once."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    watch = tmp_path / "in"
+    watch.mkdir()
+    write_csv(watch, "a.csv", 0, 20)
+    os.utime(watch / "a.csv", (time.time() - 10,) * 2)
+    write_csv(watch, "b.csv", 20, 21)
+    raw = _raw(watch, idle_timeout_s=1.0)
+    raw["train"].update(metrics_json=str(tmp_path / "m.jsonl"),
+                        checkpoint={"dir": str(tmp_path / "ck"), "every": 2})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+
+    def train(*args: str) -> dict:
+        r = subprocess.run([sys.executable, "-m", "cosparse", "train", "--config",
+                            str(tmp_path / "c.yaml"), "--no-progress", *args], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])["final"]
+
+    assert train("--steps", "4")["step"] == 4
+    write_csv(watch, "c.csv", 41, 6)
+    final = train("--resume", str(tmp_path / "ck"))
+    assert final["step"] == 4 + 2 + 1 and final["eval_samples"] == 13 + 6
+    assert read_meta(tmp_path / "ck")["stream"]["file"] == "b.csv"  # (every 2: step 6)
