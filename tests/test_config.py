@@ -168,6 +168,7 @@ def _populated():
         NegativesConfig,
         ShuffleConfig,
         SplitConfig,
+        StreamConfig,
         TableConfig,
     )
 
@@ -193,6 +194,7 @@ def _populated():
     cfg.data.split = SplitConfig()
     cfg.data.shuffle = ShuffleConfig()
     cfg.data.negatives = NegativesConfig()
+    cfg.data.stream = StreamConfig()
     cfg.train.early_stop = EarlyStopConfig()
     fill(cfg)
     cfg.model.dropout = 0.1  # (the regularisation keys: numeric, with non-zero values)

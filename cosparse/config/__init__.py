@@ -18,6 +18,7 @@ from cosparse.config.data import (
     SequenceSyntheticConfig,
     ShuffleConfig,
     SplitConfig,
+    StreamConfig,
     SyntheticConfig,
 )
 from cosparse.config.errors import ConfigError
@@ -66,6 +67,7 @@ __all__ = [
     "RemoteConfig",
     "SequenceSyntheticConfig",
     "ShuffleConfig",
+    "StreamConfig",
     "SplitConfig",
     "ShardingKind",
     "StoreConfig",

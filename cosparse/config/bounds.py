@@ -104,6 +104,9 @@ BOUNDS: dict[str, Bound] = {
     "data.shuffle.seed": SEED,
     "data.negatives.per_positive": Bound(1, 1000),
     "data.negatives.seed": SEED,
+    "data.stream.poll_s": Bound(0, 60, lo_open=True),  # a bounded sleep between listings
+    "data.stream.idle_timeout_s": POSITIVE,
+    "data.stream.eval_window_rows": Bound(1, 2**31),
     # tables
     "tables[*].dim": WIDTH,
     "tables[*].seed": SEED,
@@ -167,6 +170,7 @@ BOUNDS: dict[str, Bound] = {
     "train.eval_every": AT_LEAST_0,
     "train.stall_timeout_s": AT_LEAST_0,  # 0: wait without bound
     "train.checkpoint.every": AT_LEAST_0,
+    "train.checkpoint.every_s": AT_LEAST_0,
     "train.checkpoint.keep": AT_LEAST_1,  # 0 would delete the checkpoint just written
     "train.autotune.every": AT_LEAST_1,  # (a multiple of log_every: validate_train)
     "train.autotune.device_budget": AT_LEAST_1,

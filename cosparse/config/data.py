@@ -151,6 +151,23 @@ class ShuffleConfig:
 
 
 @dataclass
+class StreamConfig:
+    """Train continuously on the files that arrive in ``watch`` (``cosparse.data.stream``): each
+    file whose name matches ``pattern`` is taken once its size and mtime are unchanged over one
+    poll, in arrival order (mtime, then name), and read by ``data.reader`` (csv or parquet).
+    Evaluation is progressive validation: every batch is scored before it is trained on, over
+    the most recent ``eval_window_rows`` rows."""
+
+    watch: str = ""  # the directory to watch
+    pattern: str = "*.parquet"  # a glob on the file names (never a hidden or .tmp name)
+    poll_s: float = 1.0  # how often the directory is listed when nothing is ready
+    # end the run cleanly when no new file is complete for this long; None: wait for files
+    # until train.steps (an idle stream keeps the trainer's heartbeat alive)
+    idle_timeout_s: float | None = None
+    eval_window_rows: int = 100_000  # progressive validation over the most recent rows
+
+
+@dataclass
 class DataConfig:
     reader: Literal["synthetic", "criteo_tsv", "parquet", "taobao_events",
                     "synthetic_sequences", "csv", "interactions"] = "synthetic"
@@ -176,6 +193,7 @@ class DataConfig:
     allow_one_class_eval: bool = False  # an eval side of one label: a warning, not an error
     shuffle: ShuffleConfig | None = None  # None: training rows in file order
     negatives: NegativesConfig | None = None  # reader interactions: sampled negatives
+    stream: StreamConfig | None = None  # None: the finite data of data.path
 
 
 _BEHAVIOURS = ("pv", "cart", "fav", "buy")
@@ -184,7 +202,8 @@ _BEHAVIOURS = ("pv", "cart", "fav", "buy")
 def validate_data(cfg: Config) -> None:
     """A file reader has a path, bags are not inverted, and the labels are known behaviours."""
     d = cfg.data
-    if d.reader not in ("synthetic", "synthetic_sequences") and not d.path:
+    _validate_stream(cfg)
+    if d.reader not in ("synthetic", "synthetic_sequences") and not d.path and d.stream is None:
         raise ConfigError(f"data.path: reader '{d.reader}' needs a path")
     s = d.synthetic
     if s.bag_max < s.bag_min:
@@ -239,6 +258,29 @@ def _validate_csv(d: DataConfig) -> None:
                 raise ConfigError(f"data.columns.{role}: column '{n}' is already "
                                   f"{'the' if named[n] == 'label' else 'in'} {named[n]}")
             named[n] = role
+
+
+def _validate_stream(cfg: Config) -> None:
+    d, st = cfg.data, cfg.data.stream
+    if st is None:
+        return
+    if d.reader not in ("csv", "parquet"):
+        raise ConfigError(f"data.stream: streams the files of reader csv or parquet, not "
+                          f"'{d.reader}'")
+    if not st.watch:
+        raise ConfigError("data.stream.watch: name the directory whose new files to train on")
+    if d.path:
+        raise ConfigError("data.stream: the files come from data.stream.watch; drop data.path")
+    if not st.pattern or "/" in st.pattern:
+        raise ConfigError(f"data.stream.pattern: a glob on file names in the watched directory "
+                          f"(e.g. '*.parquet'), got {st.pattern!r}")
+    if d.split is not None:
+        raise ConfigError("data.split: a stream evaluates by progressive validation (each batch "
+                          "scored before it trains, data.stream.eval_window_rows); drop it")
+    if cfg.features.spec or cfg.features.materialized or cfg.models:
+        raise ConfigError("data.stream: streams train one model on data.columns (or Criteo "
+                          "columns); features.spec, features.materialized and models are not "
+                          "supported with it")
 
 
 _SPLIT_NEEDS = {"column": ("column",), "time": ("column",), "hash": ("key",),

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 class CheckpointConfig:
     dir: str | None = None
     every: int = 0
+    every_s: float = 0.0  # also checkpoint when this many seconds passed since the last (0: off)
     keep: int = 2
     incremental: bool = False  # PS shards snapshot only the rows written since their last one
 
@@ -119,6 +120,8 @@ def validate_train(cfg: Config) -> None:
     ck = cfg.train.checkpoint
     if ck.every and not ck.dir:
         raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every is set")
+    if ck.every_s and not ck.dir:
+        raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every_s is set")
     if cfg.train.keep_best and cfg.train.early_stop is None:
         raise ConfigError("train.keep_best: needs train.early_stop (the evaluations that pick "
                           "the best state)")

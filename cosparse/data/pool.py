@@ -26,7 +26,7 @@ from typing import Any
 from cosparse.batch import SparseBatch
 from cosparse.data.codec import BatchCodec, PlainCodec
 from cosparse.data.processes import check_preload, shutdown, worker_context
-from cosparse.data.reader import Reader
+from cosparse.data.reader import NOT_YET, Reader
 from cosparse.data.worker_loop import RemoteTraceback, rebuild_error, worker_main
 from cosparse.link import LinkShaper
 
@@ -34,6 +34,7 @@ from cosparse.link import LinkShaper
 __all__ = ["BatchCodec", "BatchStream", "PlainCodec", "RemoteTraceback", "WorkerExited"]
 
 _POLL_S = 0.5  # how often a waiting main process checks that its worker is alive
+_NOT_YET_S = 0.05  # how long a stream with nothing in flight waits before asking its source again
 
 
 class WorkerExited(RuntimeError):
@@ -165,7 +166,8 @@ class BatchStream:
         return self
 
     def _next_task(self) -> Any:
-        """The next task, or None when there is none (an error is kept to raise in order)."""
+        """The next task, None when there is none (an error is kept to raise in order), or
+        ``NOT_YET`` when the source has none ready yet (a stream of arriving files)."""
         if self._tasks_done:
             return None
         try:
@@ -181,7 +183,7 @@ class BatchStream:
         n = self.workers
         while self._submitted - self._received < n * self.queue_depth:
             task = self._next_task()
-            if task is None:
+            if task is None or task is NOT_YET:
                 return
             self._in[self._submitted % n].put(task)
             self._submitted += 1
@@ -207,7 +209,10 @@ class BatchStream:
         """Build or receive the next batch; None when the tasks are exhausted."""
         if self.workers == 0:
             task = self._next_task()
-            if task is None:
+            while task is NOT_YET and not self._closed:
+                time.sleep(_NOT_YET_S)
+                task = self._next_task()
+            if task is None or task is NOT_YET:
                 return None
             t0 = time.perf_counter()
             sent = time.time()
@@ -217,6 +222,11 @@ class BatchStream:
             self.wait_s += time.perf_counter() - t0
             return batch
         self._fill()
+        while self._received == self._submitted and not self._tasks_done:  # NOT_YET: ask again
+            if self._closed:
+                raise StopIteration
+            time.sleep(_NOT_YET_S)
+            self._fill()
         if self._received == self._submitted:
             return None
         w = self._received % self.workers

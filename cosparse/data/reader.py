@@ -1,7 +1,9 @@
 """The reader interface shared by every data source, and ``make_reader`` from a DataConfig.
 
 A reader splits its stream into small picklable *tasks* in batch order (cheap, in the main process)
-and *builds* one SparseBatch per task (pure, in a worker process or in-process).
+and *builds* one SparseBatch per task (pure, in a worker process or in-process). A source of
+files that are still arriving (``data.stream``) may yield ``NOT_YET`` among its tasks: nothing is
+ready now, and the stream delivers what it has and asks again a little later.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ from typing import Any, Protocol, runtime_checkable
 from cosparse.batch import SparseBatch
 from cosparse.config import DataConfig
 from cosparse.data.split import Split
+
+
+class _NotYet:
+    """The type of ``NOT_YET``."""
+
+    def __repr__(self) -> str:
+        return "NOT_YET"
+
+
+NOT_YET = _NotYet()  # a task source's "no task ready yet, ask again" (never a task itself)
 
 
 @runtime_checkable

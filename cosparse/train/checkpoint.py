@@ -46,6 +46,9 @@ class TrainState:
     step: int
     epoch: int
     batch_in_epoch: int
+    # data.stream: the file of the last batch trained, and its rows and batches done
+    # (``cosparse.data.stream``); None for finite data
+    stream: dict[str, Any] | None = None
 
 
 def save_checkpoint(
@@ -81,7 +84,8 @@ def save_checkpoint(
                 os.fsync(f.fileno())
         extra = before_commit() if before_commit is not None else {}
         write_meta(tmp, {**extra, "step": state.step, "epoch": state.epoch,
-                         "batch_in_epoch": state.batch_in_epoch, "tables": sorted(tables),
+                         "batch_in_epoch": state.batch_in_epoch, "stream": state.stream,
+                         "tables": sorted(tables),
                          "config": config})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -158,7 +162,7 @@ def load_checkpoint(
     for name in meta["tables"]:
         with np.load(ck / f"table-{name}.npz") as z:
             tables[name] = {k: z[k] for k in z.files}
-    state = TrainState(meta["step"], meta["epoch"], meta["batch_in_epoch"])
+    state = TrainState(meta["step"], meta["epoch"], meta["batch_in_epoch"], meta.get("stream"))
     return state, dense, tables, meta["config"]
 
 

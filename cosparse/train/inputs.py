@@ -9,6 +9,7 @@ columns of ``data`` by the feature platform, or read back from ``features.materi
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -181,6 +182,14 @@ def column_inputs(cfg: Config) -> ModelInputs:
 
     cols = cfg.data.columns or ColumnsConfig()
     train = ColumnMapReader(raw_source(cfg.data, "train"), cols)
+    cfg = _auto_features(cfg, train)
+    return ModelInputs(cfg, train, ColumnMapReader(raw_source(cfg.data, "eval"), cols),
+                       [split_rows(cfg.data, "train")[1]])
+
+
+def _auto_features(cfg: Config, train: Reader) -> Config:
+    """``cfg`` with its ``features: auto`` tables given every ID column of ``train`` that no
+    other table names (then the model's feature rules checked)."""
     claimed = {f for t in cfg.tables if t.features != "auto" for f in t.features}
     rest = [f for f in train.keys if f not in claimed]
     tables = [dataclasses.replace(t, features=rest) if t.features == "auto" else t
@@ -191,8 +200,40 @@ def column_inputs(cfg: Config) -> ModelInputs:
                               f"table takes (the data's: {', '.join(train.keys) or 'none'})")
     cfg = dataclasses.replace(cfg, tables=tables)
     validate_model(cfg)  # (its feature pairs were not checkable before)
-    return ModelInputs(cfg, train, ColumnMapReader(raw_source(cfg.data, "eval"), cols),
-                       [split_rows(cfg.data, "train")[1]])
+    return cfg
+
+
+def stream_file_reader(data: DataConfig, path: str) -> Reader:
+    """The reader of one file of a stream (``data.stream``): all its rows, for training, by
+    ``data.reader`` with ``data.columns`` (Parquet without them: the Criteo columns)."""
+    if data.reader == "parquet" and data.columns is None:
+        from cosparse.data.parquet import ParquetReader
+
+        return ParquetReader(path, data.batch_size, "train", 0.0, data.on_bad_record,
+                             data.shuffle)
+    from cosparse.features.column_map import ColumnMapReader
+
+    one = dataclasses.replace(data, path=path, stream=None)
+    return ColumnMapReader(_table_source(one, "train", data.batch_size, None, data.shuffle),
+                           data.columns or ColumnsConfig())
+
+
+def stream_inputs(cfg: Config) -> ModelInputs:
+    """The reader of ``data.stream`` (it waits for the first complete file, which fixes the
+    features). It trains and evaluates alike: a stream evaluates each batch before it trains
+    on it (progressive validation), never a split of its own."""
+    from cosparse.data.stream import StreamReader
+
+    st = cfg.data.stream
+    assert st is not None
+    wait = st.idle_timeout_s or cfg.train.stall_timeout_s
+    train = StreamReader(st, cfg.data.batch_size, functools.partial(stream_file_reader, cfg.data),
+                         first_wait_s=wait)
+    if cfg.data.reader == "csv" or cfg.data.columns is not None:
+        cfg = _auto_features(cfg, train)
+    return ModelInputs(cfg, train, train, [
+        f"data.stream: watching {st.watch} for '{st.pattern}' (first file {train.first_file}); "
+        f"progressive validation over the last {st.eval_window_rows:,} rows"])
 
 
 def interaction_inputs(cfg: Config) -> ModelInputs:
@@ -208,6 +249,8 @@ def interaction_inputs(cfg: Config) -> ModelInputs:
 
 def model_inputs(cfg: Config) -> ModelInputs:
     """The readers of a single-model config."""
+    if cfg.data.stream is not None:
+        return stream_inputs(cfg)
     if cfg.data.reader == "interactions":
         return interaction_inputs(cfg)
     if not cfg.features.spec:

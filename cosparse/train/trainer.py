@@ -26,9 +26,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from cosparse.config import Config
+from cosparse.config import Config, ConfigError
 from cosparse.data import BatchStream
 from cosparse.data.pool import WorkerExited
+from cosparse.data.reader import NOT_YET
 from cosparse.link import Links
 from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.models import build_model
@@ -69,6 +70,7 @@ from cosparse.train.live import Reconfigure, set_live
 from cosparse.train.metrics import IntervalCounters, IntervalStats, MetricsSink, latency_figures
 from cosparse.train.nonfinite import NonFiniteLoss
 from cosparse.train.prefetch import Prefetcher
+from cosparse.train.progressive import ProgressiveWindow
 from cosparse.train.sharded_checkpoint import (
     load_sharded_dense,
     load_sharded_rows,
@@ -107,6 +109,10 @@ class Trainer:
             numba.set_num_threads(min(cfg.train.threads, numba.config.NUMBA_NUM_THREADS))
         warm_up_vector_math()
         torch.manual_seed(cfg.train.seed)
+        many = launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1
+        if cfg.data.stream is not None and (many or stream_factory is not None):
+            raise ConfigError("data.stream: a stream trains one model on one process "
+                              "(no torchrun world, no models list)")
         self.device = pick_device(cfg.train.device)
         self.inputs = inputs or model_inputs(cfg)
         self.cfg = cfg = self.inputs.cfg
@@ -117,6 +123,11 @@ class Trainer:
         self.eval_reader = self.inputs.eval
         for note in self.inputs.notes:
             self.log(note)
+        # data.stream: the scores of each batch before it trains (progressive validation)
+        st = cfg.data.stream
+        self.progressive = ProgressiveWindow(st.eval_window_rows) if st is not None else None
+        if st is not None:
+            self.train_reader.log = self.log
         check_table_features(cfg, self.train_reader)
         self.model = build_model(cfg, self.train_reader.num_dense, self.device)
         self.links = Links.from_config(cfg.network)
@@ -190,12 +201,15 @@ class Trainer:
         self.early = EarlyStopper(es) if es is not None else None
         self._observed_step: int | None = None  # the step early stopping last judged
         self._stop_early = False
+        self._stream_ended = False  # data.stream: nothing new for data.stream.idle_timeout_s
+        self._saved_at = time.monotonic()  # (train.checkpoint.every_s)
 
     def _probe(self) -> list:
         """The first ``store.probe_batches`` batches of the training data."""
         tasks = self.train_reader.tasks()
+        ready = itertools.takewhile(lambda t: t is not NOT_YET, tasks)  # (a stream: what is there)
         probe = [self.train_reader.build(t)
-                 for t in itertools.islice(tasks, self.cfg.store.probe_batches)]
+                 for t in itertools.islice(ready, self.cfg.store.probe_batches)]
         if hasattr(tasks, "close"):
             tasks.close()
         return probe
@@ -268,6 +282,7 @@ class Trainer:
                 "is intact (free disk space, then rerun with --resume)"
             ) from e
         self._saves += 1
+        self._saved_at = time.monotonic()
         if into == ck.dir:
             self._saved = (step, Path(path))
         self.log(f"checkpoint: step {step} -> {path}")
@@ -305,6 +320,8 @@ class Trainer:
         self.bad_records = int(dense.get("bad_records", 0))
         self.ec.load_rows(tables, state.step, rows_on_ps=ps_meta is not None)
         self.state = state
+        if self.progressive is not None:  # on after the last file and row it trained
+            self.train_reader.resume(state.stream)
         self.resumed = True
         self.log(f"resumed from {path}: step {state.step}, epoch {state.epoch}")
 
@@ -396,8 +413,11 @@ class Trainer:
         else:
             loss = F.binary_cross_entropy_with_logits(logits, labels)
         value = float(loss.detach())  # checked before any update is applied
-        t1 = time.perf_counter()
         finite = math.isfinite(value)
+        if self.progressive is not None and finite:  # the scores before this batch's update
+            self.progressive.add(batch.labels.numpy(),
+                                 torch.sigmoid(logits.detach()).float().cpu().numpy())
+        t1 = time.perf_counter()
         if not finite and self.cfg.train.on_nonfinite == "stop":
             raise NonFiniteLoss(self.state.step + 1, value, self.state.epoch,
                                 self.state.batch_in_epoch)
@@ -452,7 +472,7 @@ class Trainer:
         last: dict[str, Any] = {}
         try:
             while (self.state.step < total and self.state.epoch < cfg.train.epochs
-                   and not self._stop_early):
+                   and not self._stop_early and not self._stream_ended):
                 stream = self.stream_factory(self.state.batch_in_epoch) if self.stream_factory \
                     else BatchStream(
                         self.train_reader, cfg.data.workers, cfg.data.queue_depth,
@@ -469,6 +489,8 @@ class Trainer:
                 self.ec.planner.watch(self.progress, cfg.train.stall_timeout_s)
                 prefetch = Prefetcher(staged, lambda prepared: prepared, cfg.supply.lookahead,
                                       cfg.train.stall_timeout_s)
+                if cfg.data.stream is not None:  # waiting for files is progress, not a stall
+                    self.train_reader.heartbeat = self._beater(prefetch)
                 failure: str | None = None
                 try:
                     for prepared in prefetch:
@@ -480,14 +502,19 @@ class Trainer:
                         if failure is not None or self._pending is not None:
                             break
                     else:
-                        self.state.epoch += 1
-                        self.state.batch_in_epoch = 0
+                        if cfg.data.stream is not None:  # a stream is one epoch: its end ends the run
+                            self._stream_ended = True
+                        else:
+                            self.state.epoch += 1
+                            self.state.batch_in_epoch = 0
                 except (WorkerExited, *self.path.stream_errors) as e:
                     if self.path.delivery is None:  # not the workers' rows: nothing to fall back
                         raise
                     failure = str(e)
                 finally:
                     self.ec.planner.cancel()
+                    if cfg.data.stream is not None:  # (its thread may be waiting for files)
+                        stream.close()
                     prefetch.close()
                     stream.close()
                     self.ec.planner.reset(self.state.step)
@@ -561,6 +588,8 @@ class Trainer:
         self.features_computed += prepared.batch.features_computed
         self.state.step += 1
         self.state.batch_in_epoch += 1
+        if self.progressive is not None:
+            self.state.stream = self.train_reader.position_after(prepared.batch.index)
         self._trained_here += 1
         self.progress.beat(f"trained step {self.state.step}")
         self.path.on_step(self.state.step)
@@ -583,7 +612,8 @@ class Trainer:
         if self.state.step % cfg.train.log_every == 0 or self.state.step == total:
             last = self._log_interval(stats, bar)
         ck = cfg.train.checkpoint
-        if ck.every and self.state.step % ck.every == 0:
+        if (ck.every and self.state.step % ck.every == 0) or \
+                (ck.every_s and time.monotonic() - self._saved_at >= ck.every_s):
             self.save()
         step = self.state.step
         periodic = bool(cfg.train.eval_every) and step % cfg.train.eval_every == 0
@@ -736,7 +766,10 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """AUC and log loss over the whole eval split (the tables are not modified)."""
+        """AUC and log loss over the whole eval split (the tables are not modified); of a
+        stream, over its progressive-validation window (``cosparse.train.progressive``)."""
+        if self.progressive is not None:
+            return self._progressive_scores()
         self.model.eval()
         scores, labels = [], []
         with BatchStream(self.eval_reader, self.cfg.data.workers, self.cfg.data.queue_depth,
@@ -766,6 +799,26 @@ class Trainer:
             f"eval @ step {self.state.step}: auc {out['auc']:.4f}, logloss {out['logloss']:.4f} "
             f"({out['eval_samples']} samples)"
         )
+        return out
+
+    def _beater(self, prefetch: Prefetcher) -> Callable[[str], None]:
+        """A stream's heartbeat while it waits for files: the prefetch thread's and the
+        trainer's progress (the waits on either see a live run)."""
+        def beat(what: str) -> None:
+            prefetch.progress.beat(what)
+            self.progress.beat(what)
+        return beat
+
+    def _progressive_scores(self) -> dict[str, Any]:
+        """The progressive-validation window's scores, written as an eval record."""
+        assert self.progressive is not None
+        out: dict[str, Any] = self.progressive.scores()
+        if not out:
+            return {}
+        out["progressive"] = True
+        self.sink.write({"kind": "eval", "step": self.state.step, **out})
+        self.log(f"eval @ step {self.state.step} (progressive, last {out['eval_samples']} "
+                 f"samples): auc {out['auc']:.4f}, logloss {out['logloss']:.4f}")
         return out
 
     def close(self) -> None:
