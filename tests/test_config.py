@@ -170,6 +170,7 @@ def _populated():
         SplitConfig,
         StreamConfig,
         TableConfig,
+        TraceConfig,
     )
 
     def fill(obj):
@@ -196,6 +197,7 @@ def _populated():
     cfg.data.negatives = NegativesConfig()
     cfg.data.stream = StreamConfig()
     cfg.train.early_stop = EarlyStopConfig()
+    cfg.train.trace = TraceConfig()
     fill(cfg)
     cfg.model.dropout = 0.1  # (the regularisation keys: numeric, with non-zero values)
     cfg.model.dense_optimizer.weight_decay = 1e-4

@@ -181,6 +181,7 @@ BOUNDS: dict[str, Bound] = {
     "train.early_stop.every": AT_LEAST_1,
     "train.timing_warmup_steps": AT_LEAST_0,
     "train.trace.slowest": AT_LEAST_1,
+    "train.trace.steps[*]": AT_LEAST_1,
     "train.health.hit_rate_floor": Bound(0, 1),
     "train.health.intervals_below": AT_LEAST_1,
     "train.health.bound_sample_steps": AT_LEAST_1,
