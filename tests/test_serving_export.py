@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from exactness import base_config, ps_direct
+from exactness import base_config, ps_direct, tiered
 
 from cosparse.cli import main
 from cosparse.config import ConfigError
@@ -218,3 +218,28 @@ def test_snapshot_keep_below_checkpoint_keep_is_refused():
     cfg.store.remote.snapshot_keep = 0
     with pytest.raises(ConfigError, match="store.remote.snapshot_keep"):
         validate(cfg)
+
+
+def test_tiered_run_with_ttl_delta_removes_the_dropped_ids(tmp_path):
+    """Tiered tables (a bounded device tier over the host) whose TTL drops rows: the delta
+    carries the IDs dropped since, and load removes them."""
+    cfg = copy.deepcopy(tiered(base_config("zipf", "sgd"), device_rows=4000, lookahead=1,
+                               workers=0, policy="lru"))
+    cfg.store.ttl_steps = 8
+    cfg.train.steps = 30
+    cfg.train.checkpoint.dir = str(tmp_path / "ck")
+    cfg.train.checkpoint.every = 10
+    trainer = Trainer(validate(cfg), log=lambda m: None)
+    rows = {}
+    try:
+        for step in (10, 20, 30):
+            trainer.run(steps=step, evaluate=False)
+            rows[step] = _trainer_rows(trainer)
+    finally:
+        trainer.close()
+    export(tmp_path / "ck" / "step_00000020", tmp_path / "full-20")
+    _assert_bitwise(load(tmp_path / "full-20"), rows[20])
+    m = export(tmp_path / "ck", tmp_path / "d", since=20)
+    assert sum(t["removed"] for t in m["tables"].values()) > 0  # the TTL dropped rows
+    assert {t["method"] for t in m["tables"].values()} == {"diff"}
+    _assert_bitwise(load(tmp_path / "full-20", deltas=[tmp_path / "d"]), rows[30])
