@@ -243,3 +243,21 @@ def test_tiered_run_with_ttl_delta_removes_the_dropped_ids(tmp_path):
     assert sum(t["removed"] for t in m["tables"].values()) > 0  # the TTL dropped rows
     assert {t["method"] for t in m["tables"].values()} == {"diff"}
     _assert_bitwise(load(tmp_path / "full-20", deltas=[tmp_path / "d"]), rows[30])
+
+
+def test_many_rank_checkpoint_exports_its_rows(tmp_path):
+    """A 2-rank run's DCP checkpoint (tables column-wise, table-wise and replicated) exports
+    the rows the ranks held at the end (a real torchrun of gloo ranks)."""
+    from test_parallel import SAVE_2, _ckpt, _merged, _torchrun
+
+    cases = [{"name": "save_2", "config": _ckpt(SAVE_2, tmp_path / "two", 4, 4)}]
+    _torchrun(2, cases, tmp_path, 120)
+    got = _merged("save_2", tmp_path, cases[0]["config"])
+    dims = {t["name"]: t["dim"] for t in cases[0]["config"]["tables"]}
+    want = {}
+    for n, r in got["rows"].items():
+        order = np.argsort(r["ids"])
+        want[n] = (r["ids"][order], np.ascontiguousarray(r["rows"][order, : dims[n]]))
+    m = export(tmp_path / "two", tmp_path / "e2")
+    assert {t["source"] for t in m["tables"].values()} == {"sharded-checkpoint"}
+    _assert_bitwise(load(tmp_path / "e2"), want)
