@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from exactness import base_config, ps_direct, tiered
 from cosparse.cli import main
 from cosparse.config import ConfigError
 from cosparse.config.validate import validate
+from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.serving import ServingError, load
 from cosparse.serving.export import export
 from cosparse.train.trainer import Trainer
@@ -166,46 +168,90 @@ def test_cli_export_and_its_refusal(resident_run, tmp_path, capsys):
     assert "exists and is not empty" in capsys.readouterr().err
 
 
-def test_ps_direct_export_from_incremental_snapshots(tmp_path):
-    """Rows on 2 real PS shards, snapshotted incrementally with every checkpoint; the trainer
-    keeps 1 checkpoint but the PS the snapshots of 3 saves (store.remote.snapshot_keep), so
-    ``--since`` reaches back past the kept checkpoints."""
+@pytest.fixture(scope="module")
+def ps_run(tmp_path_factory):
+    """Rows on 2 real PS shards, snapshotted incrementally with every checkpoint (10..40); the
+    trainer keeps 1 checkpoint but the PS the snapshots of 3 saves (store.remote.snapshot_keep),
+    so ``--since`` reaches back past the kept checkpoints. Exported at 10 and 30 as it goes."""
+    tmp = tmp_path_factory.mktemp("ps_direct")
     cfg = copy.deepcopy(ps_direct(base_config("zipf", "adam"), num_shards=2, lookahead=1))
     cfg.train.steps = 40
-    cfg.store.remote.data_dir = str(tmp_path / "ps")
+    cfg.store.remote.data_dir = str(tmp / "ps")
     cfg.store.remote.snapshot_keep = 3
-    cfg.train.checkpoint.dir = str(tmp_path / "ck")
+    cfg.train.checkpoint.dir = str(tmp / "ck")
     cfg.train.checkpoint.every = 10
     cfg.train.checkpoint.keep = 1
     cfg.train.checkpoint.incremental = True
     trainer = Trainer(validate(cfg), log=lambda m: None)
-    rows = {}
+    rows, manifests = {}, {}
     try:
         for step in (10, 20, 30, 40):
             trainer.run(steps=step, evaluate=False)
             rows[step] = _trainer_rows(trainer)  # the PS's rows, dumped from the shards
             if step in (10, 30):
-                m = export(tmp_path / "ck", tmp_path / f"full-{step}")
-                assert {t["source"] for t in m["tables"].values()} == {"ps-snapshots"}
-                _assert_bitwise(load(tmp_path / f"full-{step}"), rows[step])
+                manifests[step] = export(tmp / "ck", tmp / f"full-{step}")
             if step == 30:  # snapshots 10 (full), 20, 30 (incremental): the chain says
-                m = export(tmp_path / "ck", tmp_path / "d-10-30", since=10)
-                assert {t["method"] for t in m["tables"].values()} == {"ps-incremental"}
-                assert all(0 < t["rows"] for t in m["tables"].values())
-                _assert_bitwise(load(tmp_path / "full-10", deltas=[tmp_path / "d-10-30"]),
-                                rows[30])
+                manifests["10-30"] = export(tmp / "ck", tmp / "d-10-30", since=10)
     finally:
         trainer.close()
-    assert len(list((tmp_path / "ck").glob("step_*"))) == 1  # keep 1
+    return tmp, cfg, rows, manifests
+
+
+def test_ps_direct_export_from_incremental_snapshots(ps_run):
+    tmp, _, rows, manifests = ps_run
+    for step in (10, 30):
+        m = manifests[step]
+        assert {t["source"] for t in m["tables"].values()} == {"ps-snapshots"}
+        _assert_bitwise(load(tmp / f"full-{step}"), rows[step])
+    m = manifests["10-30"]
+    assert {t["method"] for t in m["tables"].values()} == {"ps-incremental"}
+    assert all(0 < t["rows"] for t in m["tables"].values())
+    _assert_bitwise(load(tmp / "full-10", deltas=[tmp / "d-10-30"]), rows[30])
+    assert len(list((tmp / "ck").glob("step_*"))) == 1  # keep 1
     # at 40 (a full snapshot again): 20 and 30 are still there, compared state to state
-    m = export(tmp_path / "ck", tmp_path / "d-30-40", since=30, fp16=False)
+    out = tmp / "case1"
+    m = export(tmp / "ck", out / "d-30-40", since=30)
     assert {t["method"] for t in m["tables"].values()} == {"diff"}
-    export(tmp_path / "ck", tmp_path / "full-40")
-    _assert_bitwise(load(tmp_path / "full-40"), rows[40])
-    _assert_bitwise(load(tmp_path / "full-10", deltas=[tmp_path / "d-10-30",
-                                                        tmp_path / "d-30-40"]), rows[40])
+    export(tmp / "ck", out / "full-40")
+    _assert_bitwise(load(out / "full-40"), rows[40])
+    _assert_bitwise(load(tmp / "full-10", deltas=[tmp / "d-10-30", out / "d-30-40"]), rows[40])
     with pytest.raises(ServingError, match="oldest step still available, 20"):
-        export(tmp_path / "ck", tmp_path / "old", since=10)
+        export(tmp / "ck", out / "old", since=10)
+
+
+def test_external_shards_data_dirs_in_shard_order(ps_run):
+    tmp, _, rows, _ = ps_run
+    roots = [str(tmp / "ps" / f"shard-{i}") for i in range(2)]  # (here: the embedded ones)
+    export(tmp / "ck", tmp / "case2" / "by-root", ps_root=roots)
+    _assert_bitwise(load(tmp / "case2" / "by-root"), rows[40])
+    with pytest.raises(SnapshotError, match="snapshot of PS shard 1, expected 0"):
+        export(tmp / "ck", tmp / "case2" / "swapped", ps_root=roots[::-1])
+    with pytest.raises(ServingError, match="--ps-root: given 1 times, the checkpoint's PS had 2"):
+        export(tmp / "ck", tmp / "case2" / "one", ps_root=roots[:1])
+
+
+def test_a_resumed_run_carries_the_snapshot_history_on(ps_run, tmp_path):
+    """Resumed at 40 and saved at 50 (keep 1): step 30 is reachable through the history the
+    resumed run carried on alone (a copy of the run's directories: the fixture's stay)."""
+    tmp, cfg, rows, _ = ps_run
+    shutil.copytree(tmp / "ck", tmp_path / "ck")
+    shutil.copytree(tmp / "ps", tmp_path / "ps")
+    cfg = copy.deepcopy(cfg)
+    cfg.train.steps = 50
+    cfg.train.checkpoint.dir = str(tmp_path / "ck")
+    cfg.store.remote.data_dir = str(tmp_path / "ps")
+    again = Trainer(cfg, log=lambda m: None)
+    try:
+        again.resume(str(tmp_path / "ck"))
+        again.run(evaluate=False)
+        at_50 = _trainer_rows(again)
+    finally:
+        again.close()
+    assert sorted(p.name for p in (tmp_path / "ck").glob("step_*")) == ["step_00000050"]
+    export(tmp_path / "ck", tmp_path / "d-30-50", since=30)
+    _assert_bitwise(load(tmp / "full-30", deltas=[tmp_path / "d-30-50"]), at_50)
+    with pytest.raises(ServingError, match="oldest step still available, 30"):
+        export(tmp_path / "ck", tmp_path / "old", since=20)
 
 
 def test_snapshot_keep_below_checkpoint_keep_is_refused():
