@@ -16,7 +16,6 @@ from exactness import base_config, ps_direct, tiered
 from cosparse.cli import main
 from cosparse.config import ConfigError
 from cosparse.config.validate import validate
-from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.serving import ServingError, load
 from cosparse.serving.export import export
 from cosparse.train.trainer import Trainer
@@ -224,10 +223,12 @@ def test_external_shards_data_dirs_in_shard_order(ps_run):
     roots = [str(tmp / "ps" / f"shard-{i}") for i in range(2)]  # (here: the embedded ones)
     export(tmp / "ck", tmp / "case2" / "by-root", ps_root=roots)
     _assert_bitwise(load(tmp / "case2" / "by-root"), rows[40])
-    with pytest.raises(SnapshotError, match="snapshot of PS shard 1, expected 0"):
+    with pytest.raises(ServingError, match="snapshot of PS shard 1, expected 0"):
         export(tmp / "ck", tmp / "case2" / "swapped", ps_root=roots[::-1])
     with pytest.raises(ServingError, match="--ps-root: given 1 times, the checkpoint's PS had 2"):
         export(tmp / "ck", tmp / "case2" / "one", ps_root=roots[:1])
+    with pytest.raises(ServingError, match="are not all under"):
+        export(tmp / "ck", tmp / "case2" / "elsewhere", ps_root=[str(tmp / "x"), str(tmp / "y")])
 
 
 def test_a_resumed_run_carries_the_snapshot_history_on(ps_run, tmp_path):

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from cosparse.owner import owner_tag
+from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.serving.format import (
     FILE_FORMATS,
     FORMAT,
@@ -99,6 +100,9 @@ def _check_since(since: int, step: int, available: set[int]) -> None:
         raise ServingError(f"--since {since}: after the checkpoint's step {step}")
     if since in available:
         return
+    if not available:
+        raise ServingError(f"--since {since}: no earlier save's rows are left to compare with "
+                           "(its checkpoint and PS snapshots are gone)")
     oldest = min(available)
     if since < oldest:
         raise ServingError(f"--since {since}: older than the oldest step still available, "
@@ -175,8 +179,15 @@ def export(checkpoint: str | Path, out: str | Path, since: int | None = None,
     if needs_ps and meta.get("ps") is None:
         raise CheckpointError(f"{ck}: holds no rows of some tables and names no PS snapshots")
     roots = ps_roots(meta, ps_root) if needs_ps else []
+    if needs_ps and not snapshot_dirs_exist(roots, meta["ps"]["snapshots"]):
+        raise ServingError(f"{ck}: its PS snapshots {meta['ps']['snapshots']} are not all under "
+                           f"{[str(r / 'snapshots') for r in roots]} (external shards: give "
+                           "each shard's --data-dir with --ps-root, in shard order)")
     step = int(meta["step"])
-    rows, info = _rows_at(ck, meta, since, roots)
+    try:
+        rows, info = _rows_at(ck, meta, since, roots)
+    except SnapshotError as e:  # a PS snapshot that cannot be read: the export's input
+        raise ServingError(f"reading the PS snapshots of {ck}: {e}") from e
     dtype = np.float16 if fp16 else np.float32
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-{out.name}-{owner_tag()}"
