@@ -46,6 +46,9 @@ class RemoteConfig:
     heartbeat_s: float = 1.0
     auth_key: str | None = None  # HMAC shared-secret file (from `cosparse ps keygen`)
     max_rows: int | None = None  # embedded shards: each one's row budget (ps serve --max-rows)
+    # the PS snapshots kept, of the newest saves (default train.checkpoint.keep): how far back
+    # `cosparse export --since` reaches; each kept checkpoint's snapshots stay regardless
+    snapshot_keep: int | None = None
 
 
 @dataclass
@@ -113,10 +116,16 @@ def _validate_declared_sizes(cfg: Config) -> None:
 
 
 def validate_remote(cfg: Config) -> None:
-    """Where the PS is, for the supply paths that use one (every path but ``resident``)."""
+    """Where the PS is, for the supply paths that use one (every path but ``resident``), and
+    how many of its snapshots are kept."""
+    remote = cfg.store.remote
+    keep = cfg.train.checkpoint.keep
+    if remote.snapshot_keep is not None and remote.snapshot_keep < keep:
+        raise ConfigError(f"store.remote.snapshot_keep: {remote.snapshot_keep} is fewer than "
+                          f"train.checkpoint.keep ({keep}), whose checkpoints each need their "
+                          f"snapshots; set it to at least {keep} (or leave it out)")
     if cfg.supply.path == "resident":
         return
-    remote = cfg.store.remote
     if not remote.embedded and remote.discovery == "config" and not remote.endpoints:
         raise ConfigError("store.remote.endpoints: needed when store.remote.embedded is false "
                           "(or set store.remote.discovery: tcpstore)")

@@ -191,6 +191,8 @@ class Trainer:
         self.progress = Progress("the trainer")  # what the planner and prefetch waits watch
         self._saves = 0  # checkpoints this process committed
         self._saved: tuple[int, Path] | None = None  # the last checkpoint in checkpoint.dir
+        # the PS snapshots of the newest saves ({step, snapshots}; store.remote.snapshot_keep)
+        self._ps_history: list[dict[str, Any]] = []
         self._stages: dict[str, float] = {}
         self._marks: dict[str, float] = {}  # when each of the trainer's own stages started
         self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
@@ -255,11 +257,19 @@ class Trainer:
             "bad_records": self.bad_records,
         }
 
+        snapshot_keep = self.cfg.store.remote.snapshot_keep or ck.keep
+        history: list[dict[str, Any]] = []
+
         def snapshot_ps() -> dict[str, Any]:
             self.progress.beat(f"checkpoint at step {step}: PS snapshots")
-            # a full snapshot every `keep` saves, so pruning can drop the chains before it
-            full = self._saves % max(1, ck.keep) == 0
-            return {"ps": {**self.path.snapshot(full), "step": step}}
+            # a full snapshot every `snapshot_keep` saves, so pruning can drop the chains before it
+            full = self._saves % max(1, snapshot_keep) == 0
+            ps = {**self.path.snapshot(full), "step": step}
+            if into == ck.dir:  # the newest saves' snapshots, kept for `cosparse export --since`
+                history[:] = [*(h for h in self._ps_history if h["step"] < step),
+                              {"step": step, "snapshots": ps["snapshots"]}][-snapshot_keep:]
+                ps["history"] = history
+            return {"ps": ps}
 
         self.progress.beat(f"checkpoint at step {step}: exporting rows")
         on_ps = self.path.rows_on_ps
@@ -285,11 +295,14 @@ class Trainer:
         self._saved_at = time.monotonic()
         if into == ck.dir:
             self._saved = (step, Path(path))
+            if history:
+                self._ps_history = history
         self.log(f"checkpoint: step {step} -> {path}")
         if on_ps:  # the snapshots every checkpoint names, the best one's too, stay
             metas = [ps_metas(r) for r in (ck.dir, self._best_root()) if r and Path(r).is_dir()]
             if all(m is not None for m in metas):
-                self.path.prune([m for ms in metas for m in ms])  # type: ignore[union-attr]
+                self.path.prune([m for ms in metas for m in ms]  # type: ignore[union-attr]
+                                + self._ps_history)
         return Path(path)
 
     def _best_root(self) -> Path | None:
@@ -313,6 +326,7 @@ class Trainer:
         ps_meta = meta.get("ps")
         if ps_meta is not None:
             self._restore_ps(ps_meta)
+        self._ps_history = _history_at(ps_meta, int(meta["step"]))
         state, dense, tables, _ = load_checkpoint(path)
         self.model.load_state_dict(dense["model"])
         self.dense_opt.load_state_dict(dense["optimizer"])
@@ -333,6 +347,7 @@ class Trainer:
         ps_meta = meta.get("ps")
         if ps_meta is not None:
             self._restore_ps(ps_meta)
+        self._ps_history = _history_at(ps_meta, int(meta["step"]))
         sharded = self.ranks is not None and self.ranks.plan is not None
         writes = self.ranks is None or sharded or self.ranks.world.leader
         saved = set(meta["sharded"]["tables"] if "sharded" in meta else meta["tables"])
@@ -832,3 +847,9 @@ class Trainer:
         self.path.close()
         if self.ranks:
             self.ranks.world.close()
+
+
+def _history_at(ps_meta: dict[str, Any] | None, step: int) -> list[dict[str, Any]]:
+    """The PS snapshot history a resumed run goes on from: the saves up to its step (later
+    ones were another branch's)."""
+    return [h for h in (ps_meta or {}).get("history", []) if int(h["step"]) <= step]
