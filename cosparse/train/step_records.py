@@ -72,7 +72,7 @@ class StepRecorder:
         the first line says of the run (lookahead, placement); ``path_counters`` and
         ``table_counters``: the supply path's and the cached tables' cumulative counters."""
         self.trace = trace
-        self._path_counters, self._table_counters = path_counters, table_counters
+        self._path_counters, self.table_counters = path_counters, table_counters
         self._file = None
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,7 @@ class StepRecorder:
         SPANS.enable()
 
     def _moves_now(self) -> dict[str, int]:
-        tables = [c.as_dict() for c in self._table_counters().values()]
+        tables = [c.as_dict() for c in self.table_counters().values()]
         return {k: sum(t[k] for t in tables) for k in _MOVES}
 
     def _supply_now(self) -> dict[str, float]:

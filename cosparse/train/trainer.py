@@ -169,7 +169,7 @@ class Trainer:
                 cfg.train.trace if leader else None,
                 {"supply_path": cfg.supply.path, "lookahead": cfg.supply.lookahead,
                  "tiered": cfg.store.tiered, "log_every": cfg.train.log_every},
-                self.path.counters, lambda: self.ec.counters())
+                self.path.counters, self.ec.counters)
             self.health = HealthMonitor(cfg.train.health, cfg.supply.lookahead, self.log)
         except BaseException:
             self.path.close()
@@ -239,6 +239,8 @@ class Trainer:
             ec = ShardedEmbeddingCollection(self.cfg.tables, self.ranks.plan, self.ranks.world,
                                             ec)
         self.model.ec = self.ec = ec
+        if hasattr(self, "recorder"):  # (bound methods, not closures over the trainer: no cycle)
+            self.recorder.table_counters = ec.counters
 
     # --- checkpoints --------------------------------------------------------------------------
     def save(self, root: str | None = None, keep: int | None = None) -> Path:
@@ -819,9 +821,11 @@ class Trainer:
     def _beater(self, prefetch: Prefetcher) -> Callable[[str], None]:
         """A stream's heartbeat while it waits for files: the prefetch thread's and the
         trainer's progress (the waits on either see a live run)."""
+        mine = self.progress  # (not the trainer itself: the reader keeps this, no cycle)
+
         def beat(what: str) -> None:
             prefetch.progress.beat(what)
-            self.progress.beat(what)
+            mine.beat(what)
         return beat
 
     def _progressive_scores(self) -> dict[str, Any]:
