@@ -23,8 +23,11 @@ from cosparse.store.tier import Tier
 class ShardTable:
     """The rows of one table on this shard."""
 
-    def __init__(self, cfg: TableConfig) -> None:
+    def __init__(self, cfg: TableConfig, namespace: str = "default", registered_by: str = "default"
+                 ) -> None:
         self.cfg = cfg
+        self.namespace = namespace  # the PS namespace it lives in (``cosparse.ps.namespaces``)
+        self.registered_by = registered_by  # the namespace whose REGISTER created it
         self.optimizer = SparseOptimizer(cfg.optimizer)
         self.dim = cfg.dim
         self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
@@ -52,8 +55,9 @@ class ShardTable:
         if create and missing.any():
             new_ids = np.unique(ids[missing])  # duplicates of one new ID share one row
             if budget is not None and new_ids.shape[0] > budget:
-                raise ShardError("full", f"table '{self.cfg.name}': {new_ids.shape[0]} new rows "
-                                         f"do not fit the {max(budget, 0)} rows left")
+                raise ShardError("full", f"table '{self.namespace}/{self.cfg.name}': "
+                                         f"{new_ids.shape[0]} new rows do not fit the "
+                                         f"{max(budget, 0)} rows left")
             new_slots = self.tier.alloc(new_ids.shape[0])
             self._fit_versions()
             initial_rows(self.cfg, self.width, new_ids, out=self.tier.slab_np, slots=new_slots)
