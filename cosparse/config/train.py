@@ -85,6 +85,9 @@ class TrainConfig:
     # the first steps a process trains, left out of the run summary's timing figures
     # (compilation, first fills); the summary measures every step when the run is no longer
     timing_warmup_steps: int = 10
+    # a multi-model run: a model that fails stops only itself (the others train on, and the run
+    # reports it in failed_models); false: the first failure stops every model
+    isolate_models: bool = False
 
 
 def validate_train(cfg: Config) -> None:
