@@ -196,7 +196,7 @@ class Shard:
                                         f"{grads.dtype} {list(grads.shape)}")
         if step < 1:
             raise ShardError("request", f"step must be >= 1, got {step}")
-        _check_finite(name, "gradients", ids, grads)
+        _check_finite(t.label, "gradients", ids, grads)
         self._check_unique(ids)
         slots = self._slots(t, ids)
         t.apply(slots, grads, step)
@@ -210,7 +210,7 @@ class Shard:
         if rows.dtype != np.float32 or rows.shape != (ids.shape[0], t.width):
             raise ShardError("request", f"rows must be float32 [{ids.shape[0]}, {t.width}], got "
                                         f"{rows.dtype} {list(rows.shape)}")
-        _check_finite(name, "rows", ids, rows)
+        _check_finite(t.label, "rows", ids, rows)
         self._check_unique(ids)
         slots = self._slots(t, ids)
         t.write(slots, rows)

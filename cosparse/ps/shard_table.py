@@ -36,6 +36,11 @@ class ShardTable:
         self.versions = np.zeros(self.tier.capacity, dtype=np.int64)
 
     @property
+    def label(self) -> str:
+        """How errors name it: ``TABLE`` in ``default``, else ``NAMESPACE/TABLE``."""
+        return self.cfg.name if self.namespace == "default" else f"{self.namespace}/{self.cfg.name}"
+
+    @property
     def rows(self) -> int:
         return self.tier.size
 
@@ -55,7 +60,7 @@ class ShardTable:
         if create and missing.any():
             new_ids = np.unique(ids[missing])  # duplicates of one new ID share one row
             if budget is not None and new_ids.shape[0] > budget:
-                raise ShardError("full", f"table '{self.namespace}/{self.cfg.name}': "
+                raise ShardError("full", f"table '{self.label}': "
                                          f"{new_ids.shape[0]} new rows do not fit the "
                                          f"{max(budget, 0)} rows left")
             new_slots = self.tier.alloc(new_ids.shape[0])
