@@ -168,3 +168,17 @@ def test_a_snapshot_with_namespaces_restores_them(tmp_path: Path):
     back.restore(tmp_path)
     assert sorted(back.tables) == ["m1/user", "m2/user"]
     assert back.tables["m1/user"].rows == 5 and back.tables["m2/user"].rows == 0
+
+
+def test_a_trainer_over_its_quota_stops_naming_the_namespace_and_the_key():
+    """store.remote.quota reaches the shards with the run's REGISTER (architecture A)."""
+    from exactness import base_config, ps_direct, run
+
+    from cosparse.config import QuotaConfig
+
+    cfg = ps_direct(base_config("zipf", "sgd"), num_shards=2, lookahead=1)
+    cfg.store.remote.namespace = "ctr"
+    cfg.store.remote.quota = QuotaConfig(rows=50)
+    with pytest.raises(Exception, match=r"namespace 'ctr' is at its quota on shard \d: .*quota "
+                                        r"of 50 rows.*store.remote.quota"):
+        run(cfg)
