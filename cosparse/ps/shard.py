@@ -1,6 +1,7 @@
 """One parameter-server shard's store: its tables, the requests on them, and its snapshots.
 
-A shard owns the IDs with ``mix64(id) % num_shards == index``; each of its tables is a
+A shard owns the IDs with ``mix64(id) % num_shards == index``; its tables are keyed
+``NAMESPACE/TABLE`` (``namespaces``: a quota and request accounting per namespace), each a
 ``ShardTable`` (rows + optimizer state + versions). The shard keeps a write counter (one per
 applied write request). Snapshots (``snapshot`` / ``restore``) are written and read by
 ``snapshot_format``.
