@@ -124,6 +124,9 @@ def test_an_old_snapshot_and_an_old_register_load_into_default(tmp_path):
         np.testing.assert_array_equal(got.rows, want)
         assert (got.versions == 1).all()
         assert list(c.stats()[0]["tables"]) == ["default/user"]
+        # an old client's PULL: a bare table name, in default
+        (rep,) = c._call([(0, P.Message(P.OP_PULL, text="user", arrays=[ids]))])
+        np.testing.assert_array_equal(rep.arrays[0], want)
         # an old client's REGISTER: a bare JSON list, into default
         doc = {**dataclasses.asdict(dataclasses.replace(USER, name="item"))}
         c._call_all(lambda: P.Message(P.OP_REGISTER, text=json.dumps([doc])))
