@@ -71,7 +71,7 @@ def _train(args: argparse.Namespace) -> int:
 
     if os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 speaks for the run
         print(dumps_metrics({"final": final}, sort_keys=True))  # an undefined metric is null
-    return 0
+    return 1 if final.get("failed_models") else 0  # a model failed alone (train.isolate_models)
 
 
 def _capacities(text: str) -> list[float]:

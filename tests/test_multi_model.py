@@ -7,6 +7,7 @@ import copy
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -164,3 +165,84 @@ def test_a_failing_model_stops_the_others_and_the_shared_workers(tmp_path):
     for p in multi.fanout.worker_pids:
         with pytest.raises(ProcessLookupError):
             os.kill(p, 0)
+
+
+def test_with_isolate_models_a_failing_model_stops_alone_and_the_run_reports_it(tmp_path):
+    raw = multi_raw(write_spec(tmp_path / "spec.yaml"))
+    raw["train"]["isolate_models"] = True
+    multi = MultiTrainer(config_from_mapping(raw), log=lambda m: None)
+    failing = multi.trainers["deepfm_v1"]
+    one_step = failing._one_step
+
+    def boom(prepared, *args, **kwargs):
+        if failing.state.step == 2:
+            raise RuntimeError("boom")
+        return one_step(prepared, *args, **kwargs)
+
+    failing._one_step = boom
+    try:
+        out = multi.run()
+    finally:
+        multi.close()
+    assert out["failed_models"] == {"deepfm_v1": "RuntimeError: boom"}
+    assert failing.state.step == 2
+    assert multi.trainers["dlrm_v1"].state.step == 16  # trained on through every batch
+    assert 0.5 < out["models"]["dlrm_v1"]["auc"] < 1.0
+    assert "deepfm_v1" not in out["models"]
+    for p in multi.fanout.worker_pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(p, 0)
+
+
+def test_isolate_models_and_namespace_config_refusals_name_the_key(tmp_path):
+    raw = multi_raw(write_spec(tmp_path / "spec.yaml"))
+    single = single_raw(raw, 0)
+    single["train"]["isolate_models"] = True
+    with pytest.raises(ConfigError, match=r"train.isolate_models: isolates the models of a "
+                                          r"multi-model run"):
+        config_from_mapping(single)
+    raw["supply"] = {"path": "ps-direct"}
+    raw["store"] = {"remote": {"namespace": "shared"}}
+    with pytest.raises(ConfigError, match=r"store.remote.namespace: in a multi-model run each "
+                                          r"model's tables live in a PS namespace named after it"):
+        config_from_mapping(raw)
+    raw["store"] = {}
+    raw["models"][0]["name"] = "dlrm v1"
+    with pytest.raises(ConfigError, match=r"models\[0\].name: 'dlrm v1' names the model's PS "
+                                          r"namespace"):
+        config_from_mapping(raw)
+
+
+def test_ps_direct_models_on_one_ps_keep_their_same_named_tables_apart(tmp_path):
+    """Architecture A: both models have a table 'cat' on the same external shards; each lands in
+    its own namespace, and deepfm's rows there are exactly those it trains alone."""
+    from cosparse.ps import EmbeddedShards
+
+    raw = multi_raw(write_spec(tmp_path / "spec.yaml"), steps=8)
+    raw["supply"] = {"path": "ps-direct"}
+    with EmbeddedShards(2, [], tmp_path / "ps") as sh:
+        raw["store"] = {"remote": {"embedded": False, "endpoints": list(sh.endpoints)}}
+        multi = MultiTrainer(config_from_mapping(raw), log=lambda m: None)
+        try:
+            multi.run()
+        finally:
+            multi.close()
+        with sh.client(timeout_s=20) as c:
+            tables = set(c.stats()[0]["tables"])
+            assert {"dlrm_v1/cat", "deepfm_v1/cat", "dlrm_v1/cross",
+                    "deepfm_v1/bucket"} <= tables
+            assert not any(t.startswith("default/") for t in tables)
+            shared_ids, shared_rows = c.dump("deepfm_v1/cat")
+            dlrm_ids, _ = c.dump("dlrm_v1/cat")
+    assert not np.array_equal(np.sort(shared_ids), np.sort(dlrm_ids))  # c7, c8: dlrm's only
+    alone_raw = single_raw(raw, 1)
+    alone_raw["store"] = {"remote": {"num_shards": 2}}
+    alone = Trainer(config_from_mapping(alone_raw), log=lambda m: None)
+    try:
+        alone.run()
+        ids, rows = alone.path.ps.client.dump("cat")
+    finally:
+        alone.close()
+    got = dict(zip(shared_ids.tolist(), range(len(shared_ids)), strict=True))
+    assert sorted(got) == sorted(ids.tolist())
+    np.testing.assert_array_equal(shared_rows[[got[i] for i in ids.tolist()]], rows)

@@ -30,7 +30,13 @@ from cosparse.config.parallel import ParallelConfig, ShardingKind
 from cosparse.config.presets import PRESETS, apply_preset, switch_preset
 from cosparse.config.root import Config, FeaturesConfig, NetworkConfig
 from cosparse.config.sizes import parse_bytes
-from cosparse.config.store import HostTierConfig, RemoteConfig, StoreConfig, TierConfig
+from cosparse.config.store import (
+    HostTierConfig,
+    QuotaConfig,
+    RemoteConfig,
+    StoreConfig,
+    TierConfig,
+)
 from cosparse.config.supply import SupplyConfig
 from cosparse.config.tables import InitConfig, OptimizerConfig, TableConfig
 from cosparse.config.train import (
@@ -64,6 +70,7 @@ __all__ = [
     "NetworkConfig",
     "OptimizerConfig",
     "ParallelConfig",
+    "QuotaConfig",
     "RemoteConfig",
     "SequenceSyntheticConfig",
     "ShuffleConfig",

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cosparse.config.errors import ConfigError
 from cosparse.config.model import ModelConfig
+from cosparse.config.store import PS_NAME_PATTERN
 from cosparse.config.tables import TableConfig
 
 if TYPE_CHECKING:
@@ -44,11 +46,18 @@ def validate_models(cfg: Config) -> None:
     if cfg.train.early_stop is not None:
         raise ConfigError("train.early_stop: the models of a multi-model run train on one "
                           "stream to the same step; early stopping is for single-model runs")
+    if cfg.store.remote.namespace is not None:
+        raise ConfigError("store.remote.namespace: in a multi-model run each model's tables live "
+                          "in a PS namespace named after it (models[i].name); leave it out, and "
+                          "share a table on purpose with models[i].tables[j].shared_as")
     seen: set[str] = set()
     for i, e in enumerate(cfg.models):
         if not e.name:
             raise ConfigError(f"models[{i}].name: every model needs the name of its registry "
                               "consumer")
+        if cfg.supply.path != "resident" and not re.match(PS_NAME_PATTERN, e.name):
+            raise ConfigError(f"models[{i}].name: {e.name!r} names the model's PS namespace: 1 "
+                              "to 128 letters, digits, '_', '.', '-'")
         if e.name in seen:
             raise ConfigError(f"models[{i}].name: model '{e.name}' is declared twice")
         seen.add(e.name)
@@ -56,7 +65,8 @@ def validate_models(cfg: Config) -> None:
 
 def model_config(cfg: Config, i: int) -> Config:
     """The single-model config of ``cfg.models[i]``: its model, tables and registry consumer,
-    the shared data, store, supply and train settings, and its own output paths."""
+    the shared data, store, supply and train settings, its own output paths and its own PS
+    namespace (the model's name)."""
     e = cfg.models[i]
     tr = cfg.train
 
@@ -69,6 +79,9 @@ def model_config(cfg: Config, i: int) -> Config:
     train = dataclasses.replace(
         tr, metrics_json=own(tr.metrics_json), tensorboard_dir=own(tr.tensorboard_dir),
         checkpoint=dataclasses.replace(tr.checkpoint, dir=own(tr.checkpoint.dir)))
+    # its own PS namespace: same-named tables of two models never share rows by accident
+    remote = dataclasses.replace(cfg.store.remote, namespace=cfg.store.remote.namespace or e.name)
     return dataclasses.replace(
         cfg, model=copy.deepcopy(e.model), tables=copy.deepcopy(e.tables), models=[],
-        features=dataclasses.replace(cfg.features, consumer=e.name), train=train)
+        features=dataclasses.replace(cfg.features, consumer=e.name), train=train,
+        store=dataclasses.replace(cfg.store, remote=remote))

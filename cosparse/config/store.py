@@ -3,6 +3,7 @@ rules."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -30,6 +31,19 @@ class HostTierConfig(TierConfig):
     spill_to: Literal["memory", "remote"] = "memory"
 
 
+DEFAULT_NAMESPACE = "default"  # a single model's PS namespace, and where old snapshots load
+# a PS table, namespace or snapshot name (the shards check the same pattern on the wire)
+PS_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
+
+
+@dataclass
+class QuotaConfig:
+    """What one namespace may hold on each PS shard (``store.remote.quota``)."""
+
+    rows: int | None = None
+    bytes: int | str | None = None  # rows' values and optimizer state: rows * width * 4
+
+
 @dataclass
 class RemoteConfig:
     """The parameter server: embedded shard processes, or running ones at ``endpoints``."""
@@ -49,6 +63,15 @@ class RemoteConfig:
     # the PS snapshots kept, of the newest saves (default train.checkpoint.keep): how far back
     # `cosparse export --since` reaches; each kept checkpoint's snapshots stay regardless
     snapshot_keep: int | None = None
+    # the PS namespace of this run's tables (default: "default"; in a multi-model run each
+    # model's name): tables of two namespaces never share rows, unless tables[i].shared_as says so
+    namespace: str | None = None
+    quota: QuotaConfig | None = None  # this namespace's rows / bytes on each shard (at most)
+
+    @property
+    def namespace_name(self) -> str:
+        """The namespace this run's tables live in on the PS."""
+        return self.namespace or DEFAULT_NAMESPACE
 
 
 @dataclass
@@ -126,9 +149,32 @@ def validate_remote(cfg: Config) -> None:
                           f"snapshots; set it to at least {keep} (or leave it out)")
     if cfg.supply.path == "resident":
         return
+    _validate_namespace(remote)
     if not remote.embedded and remote.discovery == "config" and not remote.endpoints:
         raise ConfigError("store.remote.endpoints: needed when store.remote.embedded is false "
                           "(or set store.remote.discovery: tcpstore)")
     if remote.discovery == "tcpstore" and remote.embedded:
         raise ConfigError("store.remote.discovery: tcpstore finds external shards; set "
                           "store.remote.embedded: false")
+
+
+def _validate_namespace(remote: RemoteConfig) -> None:
+    """A namespace name the shards accept, and a quota of positive rows and/or bytes within the
+    embedded shards' row budget."""
+    if remote.namespace is not None and not re.match(PS_NAME_PATTERN, remote.namespace):
+        raise ConfigError(f"store.remote.namespace: {remote.namespace!r} is not a valid namespace "
+                          "(1 to 128 letters, digits, '_', '.', '-')")
+    q = remote.quota
+    if q is None:
+        return
+    if q.rows is None and q.bytes is None:
+        raise ConfigError("store.remote.quota: give rows, bytes or both (or leave quota out)")
+    if q.bytes is not None:
+        q.bytes = parse_bytes(q.bytes, "store.remote.quota.bytes")
+        if q.bytes <= 0:
+            raise ConfigError("store.remote.quota.bytes: must be positive")
+    if q.rows is not None and q.rows <= 0:
+        raise ConfigError("store.remote.quota.rows: must be positive")
+    if q.rows is not None and remote.max_rows is not None and q.rows > remote.max_rows:
+        raise ConfigError(f"store.remote.quota.rows: {q.rows} is over each shard's row budget "
+                          f"store.remote.max_rows ({remote.max_rows}); a quota lives inside it")

@@ -3,6 +3,7 @@ and its rules."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -57,11 +58,15 @@ class TableConfig:
     # set by column-wise sharding, never by hand: this column shard's own table on the PS
     # (``remote_name``), since a PS table holds whole rows of one width
     ps_name: str = ""
+    # NAMESPACE/TABLE: use that table of another PS namespace on purpose (its rows, shared with
+    # that namespace's model); its dim, initialiser and optimizer must agree (the shards check)
+    shared_as: str = ""
 
     @property
     def remote_name(self) -> str:
-        """The table's name on the PS."""
-        return self.ps_name or self.name
+        """The table's name on the PS (``NAMESPACE/TABLE`` when it is shared into another
+        namespace; without a namespace: in the client's own)."""
+        return self.ps_name or self.shared_as or self.name
 
 
 def validate_tables(cfg: Config) -> None:
@@ -82,6 +87,7 @@ def validate_tables(cfg: Config) -> None:
         if not t.features and not cfg.features.spec:  # a spec fills them from its consumer
             raise ConfigError(f"{k}.features: table '{t.name}' has no features")
         if t.features == "auto":
+            _check_shared_as(t, k)
             _check_auto(cfg, k, autos)
             autos += 1
             continue
@@ -91,6 +97,7 @@ def validate_tables(cfg: Config) -> None:
                     f"{k}.features: feature '{f}' is already served by table '{seen_features[f]}'"
                 )
             seen_features[f] = t.name
+        _check_shared_as(t, k)
         if t.init.low > t.init.high:
             raise ConfigError(f"{k}.init.low: {t.init.low} is above {k}.init.high "
                               f"({t.init.high})")
@@ -103,3 +110,15 @@ def _check_auto(cfg: Config, key: str, autos: int) -> None:
                           "csv, or parquet with data.columns), without features.spec")
     if autos:
         raise ConfigError(f"{key}.features: one table may say 'auto', not two")
+
+
+def _check_shared_as(t: TableConfig, key: str) -> None:
+    """``shared_as`` names a table of a namespace: ``NAMESPACE/TABLE``."""
+    if not t.shared_as:
+        return
+    from cosparse.config.store import PS_NAME_PATTERN
+
+    ns, sep, name = t.shared_as.partition("/")
+    if not sep or not re.match(PS_NAME_PATTERN, ns) or not re.match(PS_NAME_PATTERN, name):
+        raise ConfigError(f"{key}.shared_as: {t.shared_as!r} is not NAMESPACE/TABLE (each 1 to "
+                          "128 letters, digits, '_', '.', '-'), e.g. 'ctr/user_id'")

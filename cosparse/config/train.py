@@ -112,6 +112,9 @@ class TrainConfig:
     timing_warmup_steps: int = 10
     trace: TraceConfig | None = None  # None: no trace (the step records are always written)
     health: HealthConfig = field(default_factory=HealthConfig)
+    # a multi-model run: a model that fails stops only itself (the others train on, and the run
+    # reports it in failed_models); false: the first failure stops every model
+    isolate_models: bool = False
 
 
 def validate_train(cfg: Config) -> None:

@@ -28,6 +28,9 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(violation)
     validate_data(cfg)
     if not cfg.models:
+        if cfg.train.isolate_models:
+            raise ConfigError("train.isolate_models: isolates the models of a multi-model run "
+                              "(models:); this config trains one model")
         _validate_one(cfg)
         return cfg
     validate_models(cfg)

@@ -33,7 +33,8 @@ def shard_config(cfg: TableConfig, sharding: TableSharding, rank: int) -> TableC
     rows_of = [sharding.owners.index(rank), len(sharding.owners)] if sharding.route == "hash" \
         else None
     offset = cfg.column_offset + c0
-    ps_name = f"{cfg.name}.cols{offset}-{offset + c1 - c0}" if sharding.kind == "column_wise" \
+    ps_name = f"{cfg.shared_as or cfg.name}.cols{offset}-{offset + c1 - c0}" \
+        if sharding.kind == "column_wise" \
         else cfg.ps_name
     return dataclasses.replace(cfg, dim=c1 - c0, column_offset=offset, pooling=pooling,
                                rows_of=rows_of, ps_name=ps_name)

@@ -3,7 +3,8 @@
 * ``protocol``: fixed binary header + raw numpy frames (no pickle), ``shard_of`` ownership;
 * ``shard``: a shard's store and its requests; ``shard_table``: one table's rows (Tier +
   optimizer + versions); ``limits``: ``ShardLimits`` and ``ShardError``; ``table_config``: table
-  configs from the wire; ``snapshot_format``: a shard's snapshots on disk;
+  configs from the wire; ``namespaces``: tables keyed by (namespace, table), quotas and request
+  accounting per namespace; ``snapshot_format``: a shard's snapshots on disk;
 * ``server``: the ``cosparse ps serve`` process (ZeroMQ ROUTER); ``keys``: key files, ``keygen``;
 * ``client``: ``PSClient`` (batched pull/push split by shard and into chunks); ``connections``:
   one DEALER per shard plus a heartbeat one, and the shards' health; ``call``: one round of

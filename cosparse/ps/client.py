@@ -53,6 +53,7 @@ from cosparse.ps.call import MAX_SESSION_RETRIES, Call, ClientCounters
 from cosparse.ps.connections import ShardConnections
 from cosparse.ps.errors import PSAuthError, PSError, PSUnavailable
 from cosparse.ps.keys import read_key_file
+from cosparse.ps.namespaces import DEFAULT_NAMESPACE
 
 __all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "MAX_SESSION_RETRIES", "ClientCounters", "PSAuthError",
            "PSClient", "PSError", "PSUnavailable", "PullResult"]
@@ -75,6 +76,8 @@ class PullResult:
 class PSClient:
     """Client of ``len(endpoints)`` shards; shard ``i`` listens on ``endpoints[i]``.
 
+    ``namespace``: the PS namespace of bare table names (``store.remote.namespace``); ``quota``:
+    ``{rows, bytes}`` per shard that ``register`` declares for it (``store.remote.quota``).
     ``auth_key``: HMAC shared secret (bytes or a key file path). ``curve``: (client secret key
     file, server public key file) from ``cosparse ps keygen``. ``watch``: called while waiting;
     may raise ``PSUnavailable`` (e.g. ``EmbeddedShards.check``).
@@ -89,6 +92,8 @@ class PSClient:
         curve: tuple[str | Path, str | Path] | None = None,
         watch: Callable[[], None] | None = None,
         link: LinkShaper | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        quota: dict | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("PSClient needs at least one endpoint")
@@ -101,6 +106,8 @@ class PSClient:
         self.key = auth_key
         self.watch = watch
         self.link = link  # a simulated link every request and reply crosses (None: unshaped)
+        self.namespace = namespace  # where a bare table name lives (``cosparse.ps.namespaces``)
+        self.quota = quota  # {rows, bytes} of this namespace, declared with its tables
         self.counters = ClientCounters()
         self._lock = threading.RLock()
         self._widths: dict[tuple[str, bool], int] = {}  # last reply width per (table, with_state)
@@ -122,23 +129,37 @@ class PSClient:
     def shard_of(self, ids: np.ndarray) -> np.ndarray:
         return P.shard_of(ids, self.num_shards)
 
+    def qualify(self, table: str) -> str:
+        """The wire name of ``table``: ``NAMESPACE/TABLE`` (a bare name is in this client's
+        namespace; one with a namespace is kept, as ``shared_as`` gives it)."""
+        return table if "/" in table else f"{self.namespace}/{table}"
+
     def register(self, tables: list[TableConfig]) -> None:
         """Declare tables on every shard (a no-op for tables already there with the same config),
-        each under its ``remote_name``."""
+        each under its ``remote_name`` in this client's namespace, or in the namespace its
+        ``shared_as`` names; with this client's quota."""
         from cosparse.optim import state_width  # (torch and numba: only when tables are declared)
 
-        tables = [dataclasses.replace(t, name=t.remote_name, ps_name="") for t in tables]
-        text = json.dumps([dataclasses.asdict(t) for t in tables])
+        docs = []
+        for t in tables:
+            ns, _, name = self.qualify(t.remote_name).rpartition("/")
+            t = dataclasses.replace(t, name=name, ps_name="", shared_as="")
+            docs.append({**dataclasses.asdict(t), "namespace": ns})
+            key = f"{ns}/{name}"  # row widths, so that even a first large pull is split to fit
+            self._widths[(key, False)] = t.dim
+            self._widths[(key, True)] = t.dim + state_width(t.optimizer.kind, t.dim)
+        doc: dict = {"namespace": self.namespace, "tables": docs}
+        if self.quota is not None:  # (else the namespace's quota stays as it is)
+            doc["quota"] = self.quota
+        text = json.dumps(doc)
         self._call_all(lambda: P.Message(P.OP_REGISTER, text=text))
-        for t in tables:  # row widths, so that even a first large pull is split to fit
-            self._widths[(t.name, False)] = t.dim
-            self._widths[(t.name, True)] = t.dim + state_width(t.optimizer.kind, t.dim)
 
     def pull(self, table: str, ids: np.ndarray, with_state: bool = False, peek: bool = False
              ) -> PullResult:
         """Rows and versions of ``ids`` (any order, duplicates allowed), in that order.
 
         ``peek``: unknown IDs read their initial value and are not created (version -1)."""
+        table = self.qualify(table)
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         order, bounds = self._split(ids)
         flags = (P.FLAG_WITH_STATE if with_state else 0) | (P.FLAG_PEEK if peek else 0)
@@ -169,6 +190,7 @@ class PSClient:
 
     def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]:
         """Every row of ``table`` on every shard, with its optimizer state: (ids, rows)."""
+        table = self.qualify(table)
         parts = [r.arrays for r in self._call_all(lambda: P.Message(P.OP_DUMP, text=table))]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
@@ -236,6 +258,7 @@ class PSClient:
 
     def _write(self, op: int, table: str, ids: np.ndarray, values: np.ndarray, step: int
                ) -> dict[int, int]:
+        table = self.qualify(table)
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         values = np.ascontiguousarray(values, dtype=np.float32)
         order, bounds = self._split(ids)

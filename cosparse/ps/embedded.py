@@ -24,6 +24,7 @@ from cosparse.lifeline import pdeathsig
 from cosparse.link import LinkShaper
 from cosparse.ps.client import PSClient
 from cosparse.ps.errors import PSUnavailable
+from cosparse.ps.namespaces import DEFAULT_NAMESPACE
 
 _LIVE: weakref.WeakSet[EmbeddedShards] = weakref.WeakSet()
 
@@ -56,7 +57,8 @@ class EmbeddedShards:
 
     ``auth_key_file`` (HMAC secret) or ``curve_dir`` (keys from ``cosparse ps keygen``) turn on
     authentication; ``client()`` then authenticates the same way. ``max_rows``: each shard's row
-    budget (``ps serve --max-rows``).
+    budget (``ps serve --max-rows``). ``tables`` are registered in ``namespace``, with ``quota``
+    (``{rows, bytes}`` per shard), and ``client()`` works in that namespace.
     """
 
     def __init__(
@@ -71,6 +73,8 @@ class EmbeddedShards:
         extra_args: list[str] | None = None,
         restore: list[str] | None = None,
         max_rows: int | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        quota: dict | None = None,
     ) -> None:
         if num_shards < 1:
             raise ValueError("num_shards must be >= 1")
@@ -80,6 +84,7 @@ class EmbeddedShards:
         self.curve_dir = Path(curve_dir) if curve_dir is not None else None
         self.restore = restore  # per shard: the snapshot to start from (a trainer checkpoint's)
         self.max_rows = max_rows  # each shard's row budget (ps serve --max-rows; None: its default)
+        self.namespace, self.quota = namespace, quota  # of ``tables`` and of ``client()``
         self.procs: list[subprocess.Popen] = []
         self.endpoints: list[str] = []
         self._closed = False
@@ -152,7 +157,8 @@ class EmbeddedShards:
         if self.curve_dir is not None:
             curve = (self.curve_dir / "clients" / "client.key_secret", self.curve_dir / "server.key")
         return PSClient(self.endpoints, timeout_s=timeout_s, heartbeat_s=heartbeat_s,
-                        auth_key=self.auth_key_file, curve=curve, watch=self.check, link=link)
+                        auth_key=self.auth_key_file, curve=curve, watch=self.check, link=link,
+                        namespace=self.namespace, quota=self.quota)
 
     def check(self) -> None:
         """Process watch: raise ``PSUnavailable`` for the first embedded shard that has exited."""

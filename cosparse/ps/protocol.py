@@ -8,7 +8,8 @@ A message is a list of ZeroMQ frames::
   magic ``b"CSPS"``, format version, op code, flags, request id, a signed 64-bit argument (the
   step of a push, the write counter of a pull reply, the shard index of a pong), an error code,
   the number of arrays, and per array its dtype code, rank (1 or 2) and shape.
-* ``text`` is UTF-8: a table name, a snapshot name, a JSON document (REGISTER, STATS) or an error
+* ``text`` is UTF-8: a table name (``NAMESPACE/TABLE``; a bare ``TABLE`` is in namespace
+  ``default``, see ``namespaces``), a snapshot name, a JSON document (REGISTER, STATS) or an error
   message. At most ``MAX_TEXT`` bytes.
 * each array frame holds exactly ``prod(shape) * itemsize`` bytes, read with ``np.frombuffer``
   (zero copy, read-only).

@@ -32,6 +32,7 @@ from cosparse.config import ConfigError
 from cosparse.ps import protocol as P
 from cosparse.ps.keys import keygen, read_key_file
 from cosparse.ps.limits import ShardError, ShardLimits
+from cosparse.ps.namespaces import DEFAULT_NAMESPACE, Quota, key_of, split_key
 from cosparse.ps.shard import Shard
 from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.ps.table_config import NAME_RE, table_config_from_dict
@@ -45,7 +46,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 MAX_SESSIONS = 4096  # HMAC sessions kept (least recently used dropped: that client says HELLO again)
 MAX_ERROR_TEXT = 2000
 _ERROR_CODES = {"table": P.E_UNKNOWN_TABLE, "owner": P.E_NOT_OWNER, "limit": P.E_LIMIT,
-                "full": P.E_FULL}
+                "full": P.E_FULL, "quota": P.E_FULL}
+_COUNTED_OPS = (P.OP_PULL, P.OP_PUSH, P.OP_PUSH_ROWS, P.OP_DUMP)  # accounted per namespace
 
 
 @dataclass
@@ -196,6 +198,7 @@ class Server:
         if op not in P.OP_NAMES:
             op = P.OP_NONE
         reply_session: bytes | None = None  # the nonce that MACs the reply (None: no MAC)
+        req: P.Message | None = None
         try:
             if nbytes - len(ident) > self.opts.max_message_bytes:
                 raise P.ProtocolError(P.E_LIMIT, f"message of {nbytes - len(ident)} bytes is over "
@@ -234,6 +237,7 @@ class Server:
             reply = self._error(P.E_INTERNAL, f"out of memory: {e}", rid, op)
         except Exception as e:  # noqa: BLE001 - the server must stay alive
             reply = self._error(P.E_INTERNAL, f"{type(e).__name__}: {e}", rid, op)
+        self._account(req, reply)
         key = self.key if reply_session is not None else None
         out = P.encode(reply, key, reply_session or b"")
         self.stats["bytes_out"] += P.frames_nbytes(out)
@@ -273,13 +277,7 @@ class Server:
                                    "max_message_bytes": self.opts.max_message_bytes,
                                    "max_request_rows": sh.limits.max_request_rows})
         elif op == P.OP_REGISTER:
-            try:
-                docs = json.loads(req.text)
-            except ValueError as e:
-                raise ShardError("request", f"REGISTER: text is not JSON ({e})") from e
-            if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
-                raise ShardError("request", "REGISTER: expected a JSON list of table objects")
-            rep.text = json.dumps(sh.register([table_config_from_dict(d) for d in docs]))
+            rep.text = json.dumps(self._register(req.text))
         elif op == P.OP_PULL:
             _want(a, 1, op)
             self._check_reply_size(req.text, a[0].shape[0], bool(req.flags & P.FLAG_WITH_STATE))
@@ -313,8 +311,53 @@ class Server:
         return rep
 
 
+    def _register(self, text: str) -> list[str]:
+        """REGISTER: a JSON list of tables (in ``default``, or each in its ``namespace``), or
+        ``{"namespace": NS, "tables": [...], "quota": {rows, bytes} | null}`` from a client of
+        namespace NS (its tables default to NS; a quota replaces NS's)."""
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise ShardError("request", f"REGISTER: text is not JSON ({e})") from e
+        requester, quota = None, False
+        if isinstance(doc, dict):
+            requester = doc.get("namespace", DEFAULT_NAMESPACE)
+            if not isinstance(requester, str):
+                raise ShardError("request", "REGISTER: namespace must be a string")
+            split_key(f"{requester}/t")  # a valid namespace name
+            if "quota" in doc:
+                q = doc["quota"]
+                quota = None if q is None else Quota.from_doc(q, self.shard.limits.max_rows)
+            doc = doc.get("tables")
+        if not isinstance(doc, list) or not all(isinstance(d, dict) for d in doc):
+            raise ShardError("request", "REGISTER: expected a JSON list of table objects")
+        spaces, cfgs = [], []
+        for d in doc:
+            d = dict(d)
+            ns = d.pop("namespace", requester or DEFAULT_NAMESPACE)
+            if not isinstance(ns, str):
+                raise ShardError("request", "REGISTER: a table's namespace must be a string")
+            cfg = table_config_from_dict(d)
+            spaces.append(split_key(key_of(ns, cfg.name))[0])
+            cfgs.append(cfg)
+        return self.shard.register(cfgs, spaces, requester, quota)
+
+    def _account(self, req: P.Message | None, reply: P.Message) -> None:
+        """Count a data request on its namespace (refused ones too)."""
+        if req is None or req.op not in _COUNTED_OPS:
+            return
+        try:
+            ns, _ = split_key(req.text)
+        except ShardError:
+            return
+        ok = reply.error == P.E_OK
+        nbytes = sum(a.nbytes for a in req.arrays) + sum(a.nbytes for a in reply.arrays)
+        rows = int(req.arrays[0].shape[0]) if req.arrays else \
+            int(reply.arrays[0].shape[0]) if reply.arrays else 0
+        self.shard.book.count(ns, P.OP_NAMES[req.op], rows, nbytes, ok)
+
     def _check_reply_size(self, table: str, n: int, with_state: bool) -> None:
-        t = self.shard.tables.get(table)
+        t = self.shard.find(table)
         if t is None:
             return  # the pull itself names the unknown table
         nbytes = n * (t.width if with_state else t.dim) * 4

@@ -1,6 +1,7 @@
 """One parameter-server shard's store: its tables, the requests on them, and its snapshots.
 
-A shard owns the IDs with ``mix64(id) % num_shards == index``; each of its tables is a
+A shard owns the IDs with ``mix64(id) % num_shards == index``; its tables are keyed
+``NAMESPACE/TABLE`` (``namespaces``: a quota and request accounting per namespace), each a
 ``ShardTable`` (rows + optimizer state + versions). The shard keeps a write counter (one per
 applied write request). Snapshots (``snapshot`` / ``restore``) are written and read by
 ``snapshot_format``.
@@ -21,6 +22,14 @@ import numpy as np
 
 from cosparse.config import TableConfig
 from cosparse.ps.limits import ShardError, ShardLimits
+from cosparse.ps.namespaces import (
+    DEFAULT_NAMESPACE,
+    QUOTA_KEY,
+    NamespaceBook,
+    Quota,
+    key_of,
+    split_key,
+)
 from cosparse.ps.protocol import shard_of
 from cosparse.ps.shard_table import ShardTable
 from cosparse.ps.snapshot_format import (
@@ -52,35 +61,62 @@ class Shard:
         self.snapshot_seq = 0
         self.last_snapshot: str | None = None
         self.lock = threading.Lock()
+        self.book = NamespaceBook()  # quotas and request accounting per namespace
 
     # --- tables -----------------------------------------------------------------------------
-    def register(self, cfgs: list[TableConfig]) -> list[str]:
-        """Add tables; re-registering one with the same config is a no-op, a different one fails."""
+    def register(self, cfgs: list[TableConfig], namespace: str | list[str] = DEFAULT_NAMESPACE,
+                 requester: str | None = None, quota: Quota | None | bool = False) -> list[str]:
+        """Add tables (in ``namespace``, or each in its own when a list); re-registering one with
+        the same config is a no-op, a different one fails naming both sides and what differs
+        (``requester``: the namespace asking, which differs for a ``shared_as`` table). ``quota``
+        (a ``Quota`` or None) replaces the requester's quota; False leaves it. Nothing is applied
+        when anything is refused."""
         lim = self.limits
-        for cfg in cfgs:
-            old = self.tables.get(cfg.name)
+        spaces = namespace if isinstance(namespace, list) else [namespace] * len(cfgs)
+        who = requester or (spaces[0] if spaces else DEFAULT_NAMESPACE)
+        keys = [key_of(ns, cfg.name) for ns, cfg in zip(spaces, cfgs, strict=True)]
+        for key, cfg in zip(keys, cfgs, strict=True):
+            old = self.tables.get(key)
             if old is not None and canonical_config(old.cfg) != canonical_config(cfg):
-                raise ShardError("request", f"table '{cfg.name}' is already registered with a "
-                                            "different configuration")
+                raise ShardError("request", _mismatch(key, old, cfg, who))
             if cfg.dim > lim.max_dim:
-                raise ShardError("limit", f"table '{cfg.name}': dim {cfg.dim} is over shard "
+                raise ShardError("limit", f"table '{key}': dim {cfg.dim} is over shard "
                                           f"{self.index}'s limit of {lim.max_dim} (ps serve --max-dim)")
-        new = len({c.name for c in cfgs} - set(self.tables))
+        new = len(set(keys) - set(self.tables))
         if len(self.tables) + new > lim.max_tables:
             raise ShardError("limit", f"shard {self.index} holds {len(self.tables)} tables; {new} "
                                       f"more would pass its limit of {lim.max_tables} "
                                       "(ps serve --max-tables)")
-        for cfg in cfgs:
-            if cfg.name not in self.tables:
-                self.tables[cfg.name] = ShardTable(cfg)
+        if quota is not False:
+            self.book.set_quota(who, quota if isinstance(quota, Quota) else None)
+        for key, ns, cfg in zip(keys, spaces, cfgs, strict=True):
+            if key not in self.tables:
+                self.tables[key] = ShardTable(cfg, ns, who)
         return sorted(self.tables)
 
     def table(self, name: str) -> ShardTable:
-        t = self.tables.get(name)
+        """The table a wire name (``NAMESPACE/TABLE``, or ``TABLE`` in ``default``) names."""
+        t = self.tables.get(key_of(*split_key(name)))
         if t is None:
-            raise ShardError("table", f"unknown table '{name}' on shard {self.index} "
-                                      f"(registered: {', '.join(sorted(self.tables)) or 'none'})")
+            raise ShardError("table", f"unknown table '{key_of(*split_key(name))}' on shard "
+                                      f"{self.index} (registered: "
+                                      f"{', '.join(sorted(self.tables)) or 'none'})")
         return t
+
+    def find(self, name: str) -> ShardTable | None:
+        """``table``, or None when it is not there (or the name is malformed)."""
+        try:
+            return self.table(name)
+        except ShardError:
+            return None
+
+    def held(self) -> dict[str, tuple[int, int]]:
+        """(rows, bytes) each namespace holds on this shard."""
+        out: dict[str, tuple[int, int]] = {}
+        for t in self.tables.values():
+            r, b = out.get(t.namespace, (0, 0))
+            out[t.namespace] = (r + t.rows, b + t.rows * t.width * 4)
+        return out
 
     @property
     def rows(self) -> int:
@@ -91,12 +127,23 @@ class Shard:
         return self.limits.max_rows - self.rows
 
     def _slots(self, t: ShardTable, ids: np.ndarray, create: bool = True) -> np.ndarray:
-        """``t.slots`` within the row budget: a request whose new rows do not fit creates none."""
+        """``t.slots`` within the row budget and the namespace's quota: a request whose new rows
+        do not fit creates none."""
+        budget = self._budget()
+        quota = self.book.quotas.get(t.namespace)
+        rows, nbytes = self.held().get(t.namespace, (0, 0)) if quota is not None else (0, 0)
+        room = quota.room(rows, nbytes, t.width * 4) if quota is not None else None
         try:
-            return t.slots(ids, create, self._budget())
+            return t.slots(ids, create, budget if room is None else min(budget, room))
         except ShardError as e:
             if e.kind != "full":
                 raise
+            if quota is not None and room is not None and room < budget:
+                raise ShardError("quota", f"namespace '{t.namespace}' is at its quota on shard "
+                                          f"{self.index}: it holds {rows} rows, {nbytes} bytes of "
+                                          f"its quota of {quota.describe()}; {e}; nothing was "
+                                          f"applied (raise {QUOTA_KEY} of namespace "
+                                          f"'{t.namespace}', or add shards)") from e
             raise ShardError("full", f"shard {self.index}'s row budget is full: it holds "
                                      f"{self.rows} of {self.limits.max_rows} rows; {e} (raise ps "
                                      "serve --max-rows / store.remote.max_rows, or add shards)") from e
@@ -150,7 +197,7 @@ class Shard:
                                         f"{grads.dtype} {list(grads.shape)}")
         if step < 1:
             raise ShardError("request", f"step must be >= 1, got {step}")
-        _check_finite(name, "gradients", ids, grads)
+        _check_finite(t.label, "gradients", ids, grads)
         self._check_unique(ids)
         slots = self._slots(t, ids)
         t.apply(slots, grads, step)
@@ -164,7 +211,7 @@ class Shard:
         if rows.dtype != np.float32 or rows.shape != (ids.shape[0], t.width):
             raise ShardError("request", f"rows must be float32 [{ids.shape[0]}, {t.width}], got "
                                         f"{rows.dtype} {list(rows.shape)}")
-        _check_finite(name, "rows", ids, rows)
+        _check_finite(t.label, "rows", ids, rows)
         self._check_unique(ids)
         slots = self._slots(t, ids)
         t.write(slots, rows)
@@ -180,7 +227,9 @@ class Shard:
         return {
             "shard": self.index, "num_shards": self.num_shards, "write_counter": self.write_counter,
             "tables": {n: {"rows": t.rows, "bytes": t.rows * t.width * 4, "dim": t.dim,
-                           "width": t.width} for n, t in self.tables.items()},
+                           "width": t.width, "namespace": t.namespace}
+                       for n, t in self.tables.items()},
+            "namespaces": self.book.stats(self.held()),
             "rows": self.rows,
             "last_snapshot": self.last_snapshot,
             "limits": dataclasses.asdict(self.limits),
@@ -205,10 +254,11 @@ class Shard:
         latest, chain = found
         for snap, m in reversed(chain):
             d = root / "snapshots" / snap
-            for tname, tm in m["tables"].items():
+            for tname, tm in m["tables"].items():  # NAMESPACE/TABLE; older ones: TABLE
                 cfg = table_config_from_dict(tm["config"])
-                self.register([cfg])
-                t = self.tables[tname]
+                ns, _ = split_key(tname)
+                self.register([cfg], ns, requester=tm.get("registered_by", ns))
+                t = self.tables[key_of(ns, cfg.name)]
                 ids, rows, vers = read_table_arrays(d, tname, tm, t.width)
                 slots = t.slots(ids.astype(np.int64))
                 t.tier.write(slots, rows.astype(np.float32))
@@ -220,6 +270,27 @@ class Shard:
         for t in self.tables.values():  # rows created by restore itself are clean
             t.tier.dirty[:] = False
         return latest
+
+
+def _mismatch(key: str, old: ShardTable, cfg: TableConfig, requester: str) -> str:
+    """Why a table cannot be registered again: both sides, and each setting that differs."""
+    a, b = _flat(canonical_config(old.cfg)), _flat(canonical_config(cfg))
+    diff = ", ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b))
+                     if a.get(k) != b.get(k))
+    how = "" if requester == old.namespace else f" (as tables[i].shared_as: {key})"
+    return (f"table '{key}' is already registered, by namespace '{old.registered_by}', with a "
+            f"different configuration than namespace '{requester}' asks for{how}: {diff} "
+            "(a table shared between namespaces needs the same dim, initialiser and optimizer)")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _check_finite(table: str, what: str, ids: np.ndarray, values: np.ndarray) -> None:

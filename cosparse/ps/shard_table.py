@@ -23,14 +23,22 @@ from cosparse.store.tier import Tier
 class ShardTable:
     """The rows of one table on this shard."""
 
-    def __init__(self, cfg: TableConfig) -> None:
+    def __init__(self, cfg: TableConfig, namespace: str = "default", registered_by: str = "default"
+                 ) -> None:
         self.cfg = cfg
+        self.namespace = namespace  # the PS namespace it lives in (``cosparse.ps.namespaces``)
+        self.registered_by = registered_by  # the namespace whose REGISTER created it
         self.optimizer = SparseOptimizer(cfg.optimizer)
         self.dim = cfg.dim
         self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
         self.tier = Tier(f"ps:{cfg.name}", None, self.width, torch.device("cpu"), policy="lfu",
                          initial_rows=1024)
         self.versions = np.zeros(self.tier.capacity, dtype=np.int64)
+
+    @property
+    def label(self) -> str:
+        """How errors name it: ``TABLE`` in ``default``, else ``NAMESPACE/TABLE``."""
+        return self.cfg.name if self.namespace == "default" else f"{self.namespace}/{self.cfg.name}"
 
     @property
     def rows(self) -> int:
@@ -52,8 +60,9 @@ class ShardTable:
         if create and missing.any():
             new_ids = np.unique(ids[missing])  # duplicates of one new ID share one row
             if budget is not None and new_ids.shape[0] > budget:
-                raise ShardError("full", f"table '{self.cfg.name}': {new_ids.shape[0]} new rows "
-                                         f"do not fit the {max(budget, 0)} rows left")
+                raise ShardError("full", f"table '{self.label}': "
+                                         f"{new_ids.shape[0]} new rows do not fit the "
+                                         f"{max(budget, 0)} rows left")
             new_slots = self.tier.alloc(new_ids.shape[0])
             self._fit_versions()
             initial_rows(self.cfg, self.width, new_ids, out=self.tier.slab_np, slots=new_slots)

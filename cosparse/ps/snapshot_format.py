@@ -1,5 +1,8 @@
 """One shard's snapshots on disk: writing one atomically, and reading a chain back.
 
+Tables are keyed ``NAMESPACE/TABLE`` in the manifest; a snapshot written before namespaces keys
+them ``TABLE``, which restores into ``default`` (``cosparse.ps.namespaces``).
+
 Snapshots are directories ``root/snapshots/<seq>-full|incr`` holding ``.npy`` files (IDs, rows
 with state, versions per table) and a JSON manifest with the sha256 of every file, written into
 a temporary directory, fsynced and renamed into place; then ``root/LATEST`` names the newest one
@@ -66,6 +69,8 @@ def write_snapshot(root: str | Path, tables: Mapping[str, ShardTable], shard: in
                 fname = f"t{i}.{suffix}.npy"
                 files[fname] = _write_npy(tmp / fname, arr)
             manifest["tables"][tname] = {"config": dataclasses.asdict(t.cfg),
+                                         "namespace": t.namespace,
+                                         "registered_by": t.registered_by,
                                          "rows": int(slots.shape[0]), "files": files}
             written.append((t, slots))
         data = json.dumps(manifest, indent=1, sort_keys=True).encode()

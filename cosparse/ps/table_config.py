@@ -9,8 +9,9 @@ import re
 
 from cosparse.config import ConfigError, TableConfig, from_dict
 from cosparse.config.bounds import BOUNDS, INT64_MAX, INT64_MIN, numeric_leaves, pattern_of
+from cosparse.config.store import PS_NAME_PATTERN
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+NAME_RE = re.compile(PS_NAME_PATTERN)
 
 
 def table_config_from_dict(d: dict) -> TableConfig:
@@ -42,4 +43,5 @@ def canonical_config(cfg: TableConfig) -> dict:
     d.pop("num_embeddings", None)
     d.pop("rows_of", None)  # which rank's shard asks (row-wise sharding): the rows are the same
     d.pop("ps_name", None)  # (the name it has on the PS is ``name`` there)
+    d.pop("shared_as", None)  # (so is the table a shared_as names)
     return d

@@ -52,7 +52,8 @@ class PSConnection:
                     self.earlier = earlier_snapshots(self.cfg)
                 self.shards = EmbeddedShards(remote.num_shards, self.cfg.tables, data_dir,
                                              auth_key_file=remote.auth_key, restore=restore,
-                                             max_rows=remote.max_rows)
+                                             max_rows=remote.max_rows,
+                                             namespace=remote.namespace_name, quota=self.quota)
                 self.client = self.shards.client(remote.timeout_s, remote.heartbeat_s,
                                                  self.ctx.links.trainer_ps)
                 return
@@ -64,11 +65,18 @@ class PSConnection:
                                       "MASTER_PORT are not in the environment (not torchrun)")
                 endpoints = discover(address, remote.num_shards, remote.timeout_s)
             self.client = PSClient(endpoints, remote.timeout_s, remote.heartbeat_s,
-                                   auth_key=remote.auth_key, link=self.ctx.links.trainer_ps)
+                                   auth_key=remote.auth_key, link=self.ctx.links.trainer_ps,
+                                   namespace=remote.namespace_name, quota=self.quota)
             self.client.register(self.cfg.tables)
         except BaseException:
             self.close()
             raise
+
+    @property
+    def quota(self) -> dict | None:
+        """This run's namespace quota as the shards take it (``store.remote.quota``)."""
+        q = self.cfg.store.remote.quota
+        return None if q is None else {"rows": q.rows, "bytes": q.bytes}
 
     def describe(self, role: str) -> str:
         assert self.client is not None

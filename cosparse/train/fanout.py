@@ -110,6 +110,7 @@ class FanOut:
         self.worker_pids: set[int] = set()  # every data-worker process the stream started
         self._rounds: list[_Round] = []
         self._opened = dict.fromkeys(self.views, 0)
+        self._dropped: set[str] = set()  # consumers that stopped for good (a failed model)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -121,7 +122,7 @@ class FanOut:
             self._opened[name] += 1
             if r == len(self._rounds):
                 rnd = _Round(start_batch, {n: queue.Queue(self.queue_depth) for n in self.views},
-                             set(self.views))
+                             set(self.views) - self._dropped)
                 self._rounds.append(rnd)
                 rnd.stream = BatchStream(self.reader, self.workers, self.queue_depth,
                                          start_batch=start_batch, preload=WORKER_PRELOAD)
@@ -183,6 +184,15 @@ class FanOut:
                 q.get_nowait()
             except queue.Empty:
                 break
+
+    def drop(self, name: str) -> None:
+        """Consumer ``name`` reads no more, in this round or any later one (a failed model): the
+        others go on without waiting for it."""
+        with self._lock:
+            self._dropped.add(name)
+            rounds = list(self._rounds)
+        for rnd in rounds:
+            self._leave(rnd, name)
 
     def close(self) -> None:
         """Stop every round's stream and feeder (safe to call twice): the models still reading

@@ -5,7 +5,8 @@ model and optimizers (a whole ``Trainer`` each, on its own thread). One shared d
 extracts the union of their features, each feature once per batch, in the data workers, and the
 fan-out hands every model its view of each batch, in order. Each model trains exactly as it
 would alone on the same features; ``features.computed`` and ``features.served`` prove the
-extraction ran once.
+extraction ran once. Each model's PS tables live in its own namespace (its name). With
+``train.isolate_models`` a model that fails leaves the shared stream and the others train on.
 """
 
 from __future__ import annotations
@@ -80,17 +81,31 @@ class MultiTrainer:
                               f"{sorted(steps)}; a multi-model run resumes them together")
 
     def run(self) -> dict[str, Any]:
-        """Train every model to ``train.steps``; the final metrics of each, and the
-        extraction counters."""
+        """Train every model to ``train.steps``; the final metrics of each, the extraction
+        counters, and ``failed_models`` (name: error) of the models that failed alone
+        (``train.isolate_models``; without it the first failure stops every model and is
+        raised)."""
         results: dict[str, dict[str, Any]] = {}
         errors: list[BaseException] = []
+
+        failed: dict[str, str] = {}
+        isolate = self.cfg.train.isolate_models
 
         def train(name: str, t: Trainer) -> None:
             try:
                 results[name] = t.run()
-            except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+            except Exception as e:  # noqa: BLE001 - re-raised on the caller's thread
+                if isolate and not isinstance(e, FanOutClosed):  # it stops alone
+                    failed[name] = f"{type(e).__name__}: {e}"
+                    self.log(f"[{name}] failed, the other models train on "
+                             f"(train.isolate_models): {failed[name]}")
+                    self.fanout.drop(name)
+                    return
                 errors.append(e)
                 self.fanout.close()  # the others stop too
+            except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+                errors.append(e)
+                self.fanout.close()
 
         self._threads = [threading.Thread(target=train, args=(n, t), name=f"cosparse-model-{n}",
                                           daemon=True) for n, t in self.trainers.items()]
@@ -106,13 +121,16 @@ class MultiTrainer:
         if errors:
             first = next((e for e in errors if not isinstance(e, FanOutClosed)), errors[0])
             raise first
+        if failed and not results:
+            raise RuntimeError(f"every model failed (train.isolate_models): {failed}")
         f = self.fanout
         served_per_batch = sum(v.num_features for v in self.views)
         return {"models": results,
                 "features": {"computed": f.computed, "served": f.served, "batches": f.batches,
                              "extracted": self.extracted,
                              "served_per_batch": served_per_batch},
-                "bytes.worker_trainer": f.wire_bytes}
+                "bytes.worker_trainer": f.wire_bytes,
+                "failed_models": failed}
 
     def _stop_models(self) -> None:
         """Stop the shared stream, so every model still training stops with FanOutClosed, and

@@ -84,7 +84,7 @@ class CollaborativePath(PSPath):
                 for t in cfg.tables]
         r = cfg.store.remote
         ps = WorkerPS(tuple(self.ps.client.endpoints), r.timeout_s, r.heartbeat_s, r.auth_key,
-                      self.ctx.links.worker_ps)
+                      self.ctx.links.worker_ps, r.namespace_name)
         self._codec = CollaborativeCodec(self.ctx.train_reader, keys, ps, layout, self._shm_dir)
 
     def _stop_supply(self) -> None:

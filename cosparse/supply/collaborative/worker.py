@@ -73,6 +73,7 @@ class WorkerPS:
     heartbeat_s: float = 1.0
     auth_key: str | None = None
     link: LinkSpec | None = None
+    namespace: str = "default"  # the PS namespace of its tables (store.remote.namespace)
 
 
 class CollaborativeCodec:
@@ -108,7 +109,8 @@ class CollaborativeCodec:
         if self._client is None:
             p = self.ps
             self._client = PSClient(list(p.endpoints), p.timeout_s, p.heartbeat_s, auth_key=p.auth_key,
-                                    link=p.link.shaper() if p.link is not None else None)
+                                    link=p.link.shaper() if p.link is not None else None,
+                                    namespace=p.namespace)
         if self._view is None:
             self._view = FilterView(self.layout)
         return self._client, self._view
