@@ -91,6 +91,8 @@ class CollaborativePath(PSPath):
         if self.supply is not None:
             self.supply.close()
             self.supply = None
+        if self._codec is not None:  # (data.workers 0: the codec ran in this process, its client)
+            self._codec.close()
         self._codec = None
 
     # --- the workers' rows ----------------------------------------------------------------
