@@ -12,6 +12,7 @@ HMAC session per shard and the request counter (the sessions' replay counter).
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,11 @@ class ShardConnections:
         self.monitors: list[zmq.Socket] = []
         self.hb_socks: list[zmq.Socket] = []
         self.hb_monitors: list[zmq.Socket] = []
+        # closed in order (monitors, then sockets, then the context) by close(), or when this
+        # object is garbage-collected unclosed: a context collected on its own with sockets
+        # still open would block its term() forever, in whatever code the collector ran in
+        self._finalizer = weakref.finalize(self, _shut, self.ctx, self.socks, self.hb_socks,
+                                           self.monitors, self.hb_monitors)
         self._connect(curve)
         self.poller = zmq.Poller()
         for s in self.socks:
@@ -106,13 +112,7 @@ class ShardConnections:
         return self.rid
 
     def close(self) -> None:
-        for s in self.socks + self.hb_socks:
-            s.disable_monitor()
-        for m in self.monitors + self.hb_monitors:
-            m.close(0)
-        for s in self.socks + self.hb_socks:
-            s.close(0)
-        self.ctx.term()
+        self._finalizer()
 
     def drain(self, i: int) -> None:
         """Take in what shard ``i``'s monitors reported (connections up, dropped, refused)."""
@@ -215,3 +215,16 @@ class ShardConnections:
             return f"not connected for {now - self.down_since[i]:.1f} s; a {name} has waited " \
                    f"{waited:.1f} s"
         return None
+
+
+def _shut(ctx: zmq.Context, socks: list, hb_socks: list, monitors: list, hb_monitors: list
+          ) -> None:
+    """Disable the monitors, close every socket at once (linger 0), then the context."""
+    for s in socks + hb_socks:
+        if not s.closed:
+            s.disable_monitor()
+    for m in monitors + hb_monitors:
+        m.close(0)
+    for s in socks + hb_socks:
+        s.close(0)
+    ctx.term()
