@@ -171,12 +171,14 @@ def test_cli_export_and_its_refusal(resident_run, tmp_path, capsys):
 def ps_run(tmp_path_factory):
     """Rows on 2 real PS shards, snapshotted incrementally with every checkpoint (10..40); the
     trainer keeps 1 checkpoint but the PS the snapshots of 3 saves (store.remote.snapshot_keep),
-    so ``--since`` reaches back past the kept checkpoints. Exported at 10 and 30 as it goes."""
+    so ``--since`` reaches back past the kept checkpoints. The tables live in PS namespace
+    ``ranker`` (snapshots key them ``ranker/lo``). Exported at 10 and 30 as it goes."""
     tmp = tmp_path_factory.mktemp("ps_direct")
     cfg = copy.deepcopy(ps_direct(base_config("zipf", "adam"), num_shards=2, lookahead=1))
     cfg.train.steps = 40
     cfg.store.remote.data_dir = str(tmp / "ps")
     cfg.store.remote.snapshot_keep = 3
+    cfg.store.remote.namespace = "ranker"
     cfg.train.checkpoint.dir = str(tmp / "ck")
     cfg.train.checkpoint.every = 10
     cfg.train.checkpoint.keep = 1

@@ -54,6 +54,7 @@ from cosparse.serving.rows import (
     checkpoint_rows,
     in_checkpoint,
     ps_changed,
+    ps_namespace,
     ps_rows,
     snapshot_dirs_exist,
     table_configs,
@@ -126,7 +127,8 @@ def _rows_at(ck: Path, meta: dict[str, Any], since: int | None, roots: list[Path
     if since is None:
         rows = checkpoint_rows(ck, meta, local)
         if on_ps:
-            rows.update(ps_rows(roots, meta["ps"]["snapshots"], tables, on_ps))
+            rows.update(ps_rows(roots, meta["ps"]["snapshots"], tables, on_ps,
+                                ps_namespace(meta)))
         return {n: (rows[n], none) for n in tables}, info
     kept = _kept_checkpoints(ck)
     ps_saves = _ps_saves(ck, meta, roots) if on_ps else {}
@@ -143,7 +145,7 @@ def _rows_at(ck: Path, meta: dict[str, Any], since: int | None, roots: list[Path
             info[n]["method"] = "diff"
     if on_ps:
         delta, method = ps_changed(roots, ps_saves[since], meta["ps"]["snapshots"], tables,
-                                   on_ps)
+                                   on_ps, ps_namespace(meta))
         for n in on_ps:
             out[n] = (delta[n], none)
             info[n]["method"] = method

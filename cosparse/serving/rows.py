@@ -19,6 +19,7 @@ import numpy as np
 from cosparse.config import TableConfig
 from cosparse.config.convert import from_dict
 from cosparse.optim import state_width
+from cosparse.ps.namespaces import DEFAULT_NAMESPACE, key_of, split_key
 from cosparse.ps.snapshot_format import SnapshotError, read_manifest, read_table_arrays
 from cosparse.ps.snapshots import chain
 from cosparse.serving.format import ServingError
@@ -43,6 +44,18 @@ def table_configs(meta: dict[str, Any]) -> dict[str, TableConfig]:
     """The checkpoint's tables, from the config it records."""
     return {t["name"]: from_dict(TableConfig, t, f"tables[{i}]")
             for i, t in enumerate(meta["config"]["tables"])}
+
+
+def ps_namespace(meta: dict[str, Any]) -> str:
+    """The PS namespace the checkpoint's run kept its tables in (``store.remote.namespace``)."""
+    remote = meta["config"].get("store", {}).get("remote") or {}
+    return remote.get("namespace") or DEFAULT_NAMESPACE
+
+
+def ps_key(cfg: TableConfig, namespace: str) -> str:
+    """The shards' key of a table, ``NAMESPACE/TABLE``, as its snapshots' manifests name it."""
+    name = cfg.remote_name
+    return key_of(*split_key(name)) if "/" in name else key_of(namespace, name)
 
 
 def in_checkpoint(meta: dict[str, Any]) -> list[str]:
@@ -82,13 +95,14 @@ def _shard_state(root: Path, name: str, shard: int, tables: dict[str, TableConfi
         if m["shard"] != shard:
             raise SnapshotError(f"{d}: snapshot of PS shard {m['shard']}, expected {shard} "
                                 "(give the shards' data dirs in shard order)")
-        for tname, tm in m["tables"].items():
-            if tname not in tables:
+        for tname, tm in m["tables"].items():  # NAMESPACE/TABLE; older snapshots: TABLE
+            key = key_of(*split_key(tname))
+            if key not in tables:
                 continue
-            cfg = tables[tname]
+            cfg = tables[key]
             width = cfg.dim + state_width(cfg.optimizer.kind, cfg.dim)
             ids, rows, _ = read_table_arrays(d, tname, tm, width)
-            parts.setdefault(tname, []).append((ids, rows[:, : cfg.dim]))
+            parts.setdefault(key, []).append((ids, rows[:, : cfg.dim]))
     out = {}
     for tname, ps in parts.items():
         ids = np.concatenate([p[0] for p in ps]).astype(np.int64)
@@ -98,16 +112,18 @@ def _shard_state(root: Path, name: str, shard: int, tables: dict[str, TableConfi
     return out
 
 
-def _by_ps_name(tables: dict[str, TableConfig], names: list[str]) -> dict[str, TableConfig]:
-    return {tables[n].remote_name: tables[n] for n in names}
+def _by_ps_key(tables: dict[str, TableConfig], names: list[str], namespace: str
+               ) -> dict[str, TableConfig]:
+    return {ps_key(tables[n], namespace): tables[n] for n in names}
 
 
-def _gather(per_shard: list[dict[str, Rows]], tables: dict[str, TableConfig], names: list[str]
-            ) -> dict[str, Rows]:
+def _gather(per_shard: list[dict[str, Rows]], tables: dict[str, TableConfig], names: list[str],
+            namespace: str) -> dict[str, Rows]:
     """The shards' parts of each table (disjoint IDs), as one sorted table."""
     out = {}
     for n in names:
-        ps = [s[tables[n].remote_name] for s in per_shard if tables[n].remote_name in s]
+        key = ps_key(tables[n], namespace)
+        ps = [s[key] for s in per_shard if key in s]
         if not ps:
             out[n] = Rows(np.zeros(0, np.int64), np.zeros((0, tables[n].dim), np.float32))
             continue
@@ -117,11 +133,12 @@ def _gather(per_shard: list[dict[str, Rows]], tables: dict[str, TableConfig], na
 
 
 def ps_rows(roots: list[Path], snapshots: list[str], tables: dict[str, TableConfig],
-            names: list[str]) -> dict[str, Rows]:
-    """The embeddings of ``names`` in the PS snapshots ``snapshots`` (one per shard root)."""
-    by_ps = _by_ps_name(tables, names)
+            names: list[str], namespace: str = DEFAULT_NAMESPACE) -> dict[str, Rows]:
+    """The embeddings of ``names`` (bare names in ``namespace``) in the PS snapshots
+    ``snapshots`` (one per shard root)."""
+    by_ps = _by_ps_key(tables, names, namespace)
     return _gather([_shard_state(r, s, i, by_ps) for i, (r, s) in
-                    enumerate(zip(roots, snapshots, strict=True))], tables, names)
+                    enumerate(zip(roots, snapshots, strict=True))], tables, names, namespace)
 
 
 def changed(old: Rows, new: Rows) -> tuple[Rows, np.ndarray]:
@@ -139,19 +156,21 @@ def changed(old: Rows, new: Rows) -> tuple[Rows, np.ndarray]:
 
 
 def ps_changed(roots: list[Path], since: list[str], now: list[str],
-               tables: dict[str, TableConfig], names: list[str]) -> tuple[dict[str, Rows], str]:
+               tables: dict[str, TableConfig], names: list[str],
+               namespace: str = DEFAULT_NAMESPACE) -> tuple[dict[str, Rows], str]:
     """The rows of ``names`` changed on the PS between snapshots ``since`` and ``now`` (one
     per shard), and how they were found: ``ps-incremental`` when on every shard ``since`` is in
     the chain of ``now`` (the incremental snapshots after it hold exactly the rows written or
     created since: a shard marks each one dirty and a snapshot cleans what it wrote; the PS
     never removes a row), else ``diff`` (both states rebuilt and compared)."""
     chains = [chain(r, n) for r, n in zip(roots, now, strict=True)]
-    by_ps = _by_ps_name(tables, names)
+    by_ps = _by_ps_key(tables, names, namespace)
     if all(s in c for s, c in zip(since, chains, strict=True)):
         parts = [_shard_state(r, n, i, by_ps, names=c[: c.index(s)])
                  for i, (r, n, s, c) in enumerate(zip(roots, now, since, chains, strict=True))]
-        return _gather(parts, tables, names), "ps-incremental"
-    old, new = ps_rows(roots, since, tables, names), ps_rows(roots, now, tables, names)
+        return _gather(parts, tables, names, namespace), "ps-incremental"
+    old = ps_rows(roots, since, tables, names, namespace)
+    new = ps_rows(roots, now, tables, names, namespace)
     out = {}
     for n in names:
         rows, removed = changed(old[n], new[n])
