@@ -33,6 +33,8 @@ class SparseBatch:
              did for it, when (perf_counter seconds; the step records' trace), or None.
     prepared_ids: per table, the ID work a data worker already did (``TableIds``), or None; such
              a batch's ID columns hold each table's row keys (its IDs after ``hash_size``).
+    parts:   a shared stream's batch (several models under architecture B): each model's own
+             batch, built by the data worker with that model's dedup and cold rows, by name.
     """
 
     keys: list[str]
@@ -52,6 +54,7 @@ class SparseBatch:
     build_ms: float = field(default=0.0, compare=False)
     worker_spans: list | None = field(default=None, repr=False, compare=False)
     prepared_ids: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    parts: dict[str, SparseBatch] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.values.dtype != torch.int64:

@@ -4,7 +4,9 @@ every model gets its own view, and each trains exactly as it would alone."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -246,3 +248,106 @@ def test_ps_direct_models_on_one_ps_keep_their_same_named_tables_apart(tmp_path)
     got = dict(zip(shared_ids.tolist(), range(len(shared_ids)), strict=True))
     assert sorted(got) == sorted(ids.tolist())
     np.testing.assert_array_equal(shared_rows[[got[i] for i in ids.tolist()]], rows)
+
+
+def _free_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _collaborative(raw: dict, endpoints: list[str]) -> dict:
+    """Architecture B over external shards: device and host tiers smaller than the tables, so
+    the data workers bring each model's cold rows."""
+    raw = copy.deepcopy(raw)
+    raw["supply"] = {"path": "collaborative", "lookahead": 4, "fallback": "ps-direct"}
+    raw["store"] = {"device": {"rows": 1500, "policy": "hotness"},
+                    "host": {"rows": 3000, "spill": True, "spill_to": "remote"},
+                    "remote": {"embedded": False, "endpoints": list(endpoints)}}
+    return raw
+
+
+def _cat_rows(t: Trainer) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of table 'cat' wherever they are now (tiers and PS)."""
+    st = t.ec.export_rows()["cat"]
+    return st["ids"], st["rows"]
+
+
+def _alone_b(raw: dict, i: int, ps_dir: Path) -> tuple[list[float], np.ndarray, np.ndarray]:
+    """Model ``i`` trained alone under B on its own embedded shards: its losses and the rows
+    of its table 'cat'."""
+    alone_raw = single_raw(raw, i)
+    alone_raw["store"]["remote"] = {"num_shards": 2, "data_dir": str(ps_dir)}
+    alone = Trainer(config_from_mapping(alone_raw), log=lambda m: None)
+    try:
+        alone.run(evaluate=False)
+        assert alone.path.counters_b.delivered_rows > 0 and not alone.path.fallbacks
+        return alone.losses, *_cat_rows(alone)
+    finally:
+        alone.close()
+
+
+def _same_rows(got_ids, got_rows, ids, rows) -> None:
+    at = dict(zip(got_ids.tolist(), range(len(got_ids)), strict=True))
+    assert sorted(at) == sorted(ids.tolist())
+    np.testing.assert_array_equal(got_rows[[at[i] for i in ids.tolist()]], rows)
+
+
+def test_collaborative_models_bring_their_own_rows_from_one_extraction(tmp_path):
+    """Architecture B with two models on one set of shards: one extraction per batch, each
+    model's data-worker part brings its own cold rows (its filter, its namespace), and each
+    trains exactly as alone: same losses, and its rows on the PS are its own."""
+    from cosparse.ps import EmbeddedShards
+
+    raw = multi_raw(write_spec(tmp_path / "spec.yaml"), steps=12)
+    with EmbeddedShards(2, [], tmp_path / "ps") as sh:
+        raw = _collaborative(raw, sh.endpoints)
+        multi = MultiTrainer(config_from_mapping(raw), log=lambda m: None)
+        try:  # a resident filter of its own each
+            filters = {t.path.codec.layout.path for t in multi.trainers.values()}
+            out = multi.run()
+            got = {name: _cat_rows(t) for name, t in multi.trainers.items()}
+        finally:
+            multi.close()
+        with sh.client(timeout_s=20) as c:
+            tables = set(c.stats()[0]["tables"])
+    assert {"dlrm_v1/cat", "dlrm_v1/cross", "deepfm_v1/cat", "deepfm_v1/bucket"} <= tables
+    assert out["features"]["computed"] == out["features"]["batches"] * (13 + 8 + 2)
+    workers = multi.fanout.worker_pids
+    assert len(filters) == 2
+    for name, t in multi.trainers.items():
+        b = t.path.counters_b
+        assert b.delivered_rows > 0 and b.used_rows > 0, name  # the workers brought its rows
+        assert t.path.delivering_pids and t.path.delivering_pids <= workers, name
+        assert not t.path.fallbacks, name
+    for i, name in enumerate(("dlrm_v1", "deepfm_v1")):
+        losses, ids, rows = _alone_b(raw, i, tmp_path / f"alone{i}")
+        assert multi.trainers[name].losses == losses, name
+        _same_rows(*got[name], ids, rows)
+
+
+def test_collaborative_model_whose_workers_fail_falls_back_alone(tmp_path):
+    """deepfm's data-worker part cannot reach the PS (its link goes to dead endpoints): deepfm
+    falls back to its own pulls, picking up from its last trained batch, and trains exactly as
+    alone; dlrm's workers go on bringing its rows."""
+    from cosparse.ps import EmbeddedShards
+
+    raw = multi_raw(write_spec(tmp_path / "spec.yaml"), steps=12)
+    with EmbeddedShards(2, [], tmp_path / "ps") as sh:
+        raw = _collaborative(raw, sh.endpoints)
+        multi = MultiTrainer(config_from_mapping(raw), log=lambda m: None)
+        try:
+            codec = multi.trainers["deepfm_v1"].path.codec
+            dead = tuple(f"tcp://127.0.0.1:{_free_port()}" for _ in range(2))
+            codec.ps = dataclasses.replace(codec.ps, endpoints=dead, timeout_s=0.5)
+            out = multi.run()
+        finally:
+            multi.close()
+    deepfm, dlrm = multi.trainers["deepfm_v1"], multi.trainers["dlrm_v1"]
+    assert len(deepfm.path.fallbacks) == 1 and "deepfm" not in dlrm.path.fallbacks
+    assert "pulling" in deepfm.path.fallbacks[0] and "failed" in deepfm.path.fallbacks[0]
+    assert not dlrm.path.fallbacks and dlrm.path.counters_b.used_rows > 0
+    assert deepfm.state.step == dlrm.state.step == 12 and not out["failed_models"]
+    losses, _, _ = _alone_b(raw, 1, tmp_path / "alone")
+    assert deepfm.losses == losses

@@ -40,9 +40,6 @@ def validate_models(cfg: Config) -> None:
     if cfg.features.consumer is not None:
         raise ConfigError("features.consumer: a multi-model run names each consumer in "
                           "models[i].name")
-    if cfg.supply.path == "collaborative":
-        raise ConfigError("supply.path: 'collaborative' is not supported with several models "
-                          "yet (use resident tiers or ps-direct)")
     if cfg.train.early_stop is not None:
         raise ConfigError("train.early_stop: the models of a multi-model run train on one "
                           "stream to the same step; early stopping is for single-model runs")

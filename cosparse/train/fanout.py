@@ -14,14 +14,15 @@ of the batches it trained on, which the models share).
 
 from __future__ import annotations
 
-import queue
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from cosparse.batch import SparseBatch
 from cosparse.data import BatchStream
+from cosparse.data.codec import BatchCodec
 from cosparse.data.reader import Reader
 from cosparse.train.inputs import WORKER_PRELOAD
 
@@ -80,36 +81,59 @@ class ViewReader:
         return self.view.select(self.union.build(task))
 
 
+_AWAY_BATCHES = 64  # batches a model that stepped away (stream closed) may fall behind
+
+
+@dataclass
+class _Seat:
+    """One consumer's place in a round: the batches fed to it and not yet read, the last ones
+    it read (replayed when it opens the round again mid-way: its trainer fell back and plans
+    again from its last trained batch), and whether it is reading now."""
+
+    replay: int
+    position: int  # the round's batch index of the next batch it reads
+    waiting: deque = field(default_factory=deque)
+    handed: deque = field(default_factory=deque)  # (position, batch), the last `replay` read
+    present: bool = True
+    ended: bool = False  # it read the round's end (or its error)
+    gone: str | None = None  # why it reads no more of this round
+
+
 @dataclass
 class _Round:
     """One pass over the shared stream (an epoch), feeding every consumer still reading."""
 
     start_batch: int
-    queues: dict[str, queue.Queue]
-    open: set[str]
+    seats: dict[str, _Seat]
     stream: BatchStream | None = None
     thread: threading.Thread | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    cond: threading.Condition = field(default_factory=threading.Condition)
 
 
 class FanOut:
     """Hands the batches of one shared stream over ``reader`` to every view, in order; each
     consumer asks for a stream per epoch (``stream(name, start_batch)``), and all consumers of
-    an epoch must start at the same batch."""
+    an epoch must start at the same batch. A consumer that closes its stream mid-epoch and
+    opens it again (a model falling back to its own pulls) carries on from the batch it names,
+    up to ``replay`` batches back. ``codec()``, when given, is each round's batch codec (several
+    models under architecture B: ``cosparse.supply.models_codec``)."""
 
     def __init__(self, reader: Reader, views: list[ConsumerView], workers: int,
-                 queue_depth: int) -> None:
+                 queue_depth: int, codec: Callable[[], BatchCodec | None] | None = None,
+                 replay: int = 16) -> None:
         self.reader = reader
         self.views = {v.name: v for v in views}
         self.workers = workers
-        self.queue_depth = queue_depth
+        self.queue_depth = max(1, queue_depth)
+        self.codec = codec
+        self.replay = replay
         self.computed = 0
         self.served = 0
         self.batches = 0
         self.wire_bytes = 0  # worker->trainer bytes of the shared stream, each message once
         self.worker_pids: set[int] = set()  # every data-worker process the stream started
         self._rounds: list[_Round] = []
-        self._opened = dict.fromkeys(self.views, 0)
+        self._current: dict[str, int] = {}  # the round each consumer reads
         self._dropped: set[str] = set()  # consumers that stopped for good (a failed model)
         self._lock = threading.Lock()
         self._closed = False
@@ -118,18 +142,15 @@ class FanOut:
         with self._lock:
             if self._closed:
                 raise FanOutClosed(f"model '{name}': the shared data stream was stopped")
-            r = self._opened[name]
-            self._opened[name] += 1
+            r = self._current.get(name)
+            if r is not None and not self._rounds[r].seats[name].ended:
+                rnd = self._rounds[r]
+                self._rejoin(rnd, name, start_batch)
+                return ConsumerStream(self, rnd, name)
+            r = 0 if r is None else r + 1
+            self._current[name] = r
             if r == len(self._rounds):
-                rnd = _Round(start_batch, {n: queue.Queue(self.queue_depth) for n in self.views},
-                             set(self.views) - self._dropped)
-                self._rounds.append(rnd)
-                rnd.stream = BatchStream(self.reader, self.workers, self.queue_depth,
-                                         start_batch=start_batch, preload=WORKER_PRELOAD)
-                self.worker_pids.update(rnd.stream.pids)
-                rnd.thread = threading.Thread(target=self._feed, args=(rnd,), daemon=True,
-                                              name=f"cosparse-fanout-{r}")
-                rnd.thread.start()
+                self._rounds.append(self._open_round(r, start_batch))
             rnd = self._rounds[r]
             if rnd.start_batch != start_batch:
                 raise RuntimeError(f"model '{name}' starts epoch {r} at batch {start_batch}, "
@@ -137,21 +158,56 @@ class FanOut:
                                    "step (resume them from checkpoints of the same step)")
         return ConsumerStream(self, rnd, name)
 
+    def _open_round(self, r: int, start_batch: int) -> _Round:
+        seats = {n: _Seat(self.replay, start_batch) for n in self.views if n not in self._dropped}
+        rnd = _Round(start_batch, seats)
+        rnd.stream = BatchStream(self.reader, self.workers, self.queue_depth,
+                                 start_batch=start_batch, preload=WORKER_PRELOAD,
+                                 codec=self.codec() if self.codec is not None else None)
+        self.worker_pids.update(rnd.stream.pids)
+        rnd.thread = threading.Thread(target=self._feed, args=(rnd,), daemon=True,
+                                      name=f"cosparse-fanout-{r}")
+        rnd.thread.start()
+        return rnd
+
+    def _rejoin(self, rnd: _Round, name: str, start_batch: int) -> None:
+        """Consumer ``name`` reads its round again from ``start_batch``: the batches it read
+        from there on are handed again first."""
+        with rnd.cond:
+            seat = rnd.seats[name]
+            if seat.gone is not None:
+                raise RuntimeError(f"model '{name}' cannot read the shared stream again: "
+                                   f"{seat.gone}")
+            again = [(p, b) for p, b in seat.handed if p >= start_batch]
+            first = again[0][0] if again else seat.position
+            if first != start_batch:
+                raise RuntimeError(
+                    f"model '{name}' opens the shared stream again at batch {start_batch}, but "
+                    f"the fan-out kept its batches from {first} to {seat.position - 1} only "
+                    f"(the last {seat.replay} it read)")
+            seat.handed = deque((p, b) for p, b in seat.handed if p < start_batch)
+            seat.waiting.extendleft(b for _, b in reversed(again))
+            seat.position = start_batch
+            seat.present = True
+            rnd.cond.notify_all()
+
     def _feed(self, rnd: _Round) -> None:
         assert rnd.stream is not None
         try:
             for batch in rnd.stream:
-                with rnd.lock:
-                    readers = sorted(rnd.open)
+                with rnd.cond:
+                    readers = sorted(n for n, s in rnd.seats.items() if s.gone is None)
                 if not readers or self._closed:
                     break
                 with self._lock:  # rounds of two epochs may feed at once
                     self.computed += batch.features_computed
                     self.batches += 1
                     self.wire_bytes += batch.wire_bytes
+                parts = batch.parts or {}
                 for name in readers:
                     view = self.views[name]
-                    if self._put(rnd, name, view.select(batch)):
+                    own = parts[name] if name in parts else view.select(batch)
+                    if self._put(rnd, name, own):
                         with self._lock:
                             self.served += view.num_features
             end: object = _END
@@ -159,31 +215,29 @@ class FanOut:
             end = e
         finally:
             rnd.stream.close()
-        for name in list(rnd.open):
+        for name in list(rnd.seats):
             self._put(rnd, name, end)
 
     def _put(self, rnd: _Round, name: str, item: object) -> bool:
-        """Hand ``item`` to a consumer; False when it stopped reading first."""
-        q = rnd.queues[name]
-        while True:
-            with rnd.lock:
-                if name not in rnd.open or self._closed:
+        """Hand ``item`` to a consumer (waiting while it is reading and has ``queue_depth``
+        batches unread); False when it reads no more of this round. A consumer away (its
+        stream closed) is not waited for: it falls behind by at most ``_AWAY_BATCHES``."""
+        with rnd.cond:
+            seat = rnd.seats[name]
+            while seat.present and len(seat.waiting) >= self.queue_depth:
+                if seat.gone is not None or self._closed:
                     return False
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-
-    def _leave(self, rnd: _Round, name: str) -> None:
-        with rnd.lock:
-            rnd.open.discard(name)
-        q = rnd.queues[name]
-        while True:  # unblock the feeder
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                break
+                rnd.cond.wait(0.1)
+            if seat.gone is not None or self._closed:
+                return False
+            if not seat.present and len(seat.waiting) >= _AWAY_BATCHES:
+                seat.gone = (f"it stepped away from the shared stream and fell "
+                             f"{_AWAY_BATCHES} batches behind the others")
+                seat.waiting.clear()
+                return False
+            seat.waiting.append(item)
+            rnd.cond.notify_all()
+            return True
 
     def drop(self, name: str) -> None:
         """Consumer ``name`` reads no more, in this round or any later one (a failed model): the
@@ -192,7 +246,11 @@ class FanOut:
             self._dropped.add(name)
             rounds = list(self._rounds)
         for rnd in rounds:
-            self._leave(rnd, name)
+            with rnd.cond:
+                if name in rnd.seats:
+                    rnd.seats[name].gone = "it was dropped (it failed)"
+                    rnd.seats[name].waiting.clear()
+                rnd.cond.notify_all()
 
     def close(self) -> None:
         """Stop every round's stream and feeder (safe to call twice): the models still reading
@@ -200,8 +258,11 @@ class FanOut:
         with self._lock:
             self._closed = True
         for rnd in list(self._rounds):
-            with rnd.lock:
-                rnd.open.clear()
+            with rnd.cond:
+                for seat in rnd.seats.values():
+                    seat.waiting.clear()
+                    seat.handed.clear()
+                rnd.cond.notify_all()
             if rnd.stream is not None:
                 rnd.stream.close()
             if rnd.thread is not None:
@@ -227,25 +288,41 @@ class ConsumerStream:
     def __next__(self) -> SparseBatch:
         if self._done:
             raise StopIteration
-        q = self._round.queues[self._name]
-        while True:
-            try:
-                item = q.get(timeout=0.1)
-                break
-            except queue.Empty:
-                if self._fanout._closed:
-                    self.close()
+        rnd = self._round
+        with rnd.cond:
+            seat = rnd.seats[self._name]
+            while True:
+                if self._done:  # closed from another thread: never take a batch after that
+                    raise StopIteration
+                if seat.waiting:
+                    break
+                if self._fanout._closed or seat.gone is not None:
+                    self._done = True
+                    seat.present = False
                     raise FanOutClosed(f"model '{self._name}': the shared data stream was "
                                        "stopped") from None
+                rnd.cond.wait(0.1)
+            item = seat.waiting.popleft()
+            rnd.cond.notify_all()
+            if item is _END or isinstance(item, BaseException):
+                seat.ended = True
+            else:
+                seat.handed.append((seat.position, item))
+                while len(seat.handed) > seat.replay:
+                    seat.handed.popleft()
+                seat.position += 1
         if item is _END:
             self.close()
             raise StopIteration
         if isinstance(item, BaseException):
             self.close()
             raise item
-        return item
+        return item  # type: ignore[return-value]
 
     def close(self) -> None:
-        if not self._done:
-            self._done = True
-            self._fanout._leave(self._round, self._name)
+        """This model stops reading for now (it may open the round again, or never)."""
+        with self._round.cond:
+            if not self._done:
+                self._done = True
+                self._round.seats[self._name].present = False
+                self._round.cond.notify_all()

@@ -5,7 +5,10 @@ model and optimizers (a whole ``Trainer`` each, on its own thread). One shared d
 extracts the union of their features, each feature once per batch, in the data workers, and the
 fan-out hands every model its view of each batch, in order. Each model trains exactly as it
 would alone on the same features; ``features.computed`` and ``features.served`` prove the
-extraction ran once. Each model's PS tables live in its own namespace (its name). With
+extraction ran once. Each model's PS tables live in its own namespace (its name). Under
+architecture B (``supply.path: collaborative``) the data workers then do each model's own part
+of the batch after the one extraction: its dedup, its resident filter, its cold-row pulls
+(``cosparse.supply.models_codec``); a model whose workers' rows fail falls back alone. With
 ``train.isolate_models`` a model that fails leaves the shared stream and the others train on.
 """
 
@@ -19,6 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from cosparse.config import Config, ConfigError, model_config
+from cosparse.supply.models_codec import ModelsCodec
 from cosparse.train.fanout import ConsumerView, FanOut, FanOutClosed, ViewReader
 from cosparse.train.inputs import ModelInputs, consumer_features, featurized_reader, load_registry
 from cosparse.train.trainer import Trainer
@@ -49,7 +53,12 @@ class MultiTrainer:
         self.dense = _union([list(v.dense) for v in self.views])
         self.extracted = len(registry.closure(self.sparse + self.dense))  # computed per batch
         union = featurized_reader(cfg, registry, self.sparse, self.dense, "train")
-        self.fanout = FanOut(union, self.views, cfg.data.workers, cfg.data.queue_depth)
+        # a model that falls back plans again from its last trained batch: the fan-out keeps
+        # what its prefetch and planning may hold beyond that, to hand it again
+        replay = cfg.supply.lookahead + cfg.supply.horizon + 8
+        self.fanout = FanOut(union, self.views, cfg.data.workers, cfg.data.queue_depth,
+                             codec=self._round_codec, replay=replay)
+        self._union = union
         self.trainers: dict[str, Trainer] = {}
         try:
             for i, (view, (mcfg, sparse, dense)) in enumerate(zip(self.views, plans, strict=True)):
@@ -64,6 +73,16 @@ class MultiTrainer:
             raise
         self.log(f"features: {self.extracted} features extracted once per "
                  f"batch for {len(self.views)} models ({', '.join(self.trainers)})")
+
+    def _round_codec(self) -> ModelsCodec | None:
+        """The codec of a new round of the shared stream: under architecture B each model
+        whose workers' rows are live gets its own part (dedup, filter, cold rows); None when
+        no model has one (plain batches)."""
+        parts = {v.name: (v.select, self.trainers[v.name].path.codec) for v in self.views
+                 if self.trainers[v.name].path.codec is not None}
+        if not parts:
+            return None
+        return ModelsCodec(self._union, parts, plain=len(parts) < len(self.views))
 
     def _model_log(self, name: str) -> Callable[[str], None]:
         return lambda msg: self.log(f"[{name}] {msg}")

@@ -107,6 +107,8 @@ class CollaborativePath(PSPath):
     def sources(self, delivery: object) -> dict[str, DeliveredSource] | None:
         if self.supply is None or not isinstance(delivery, Delivery):
             return None
+        if delivery.error is not None:  # a shared stream's worker failed for this model only
+            raise DeliveryError(delivery.error)
         self.delivering_pids.add(delivery.worker_pid)
         return self.supply.sources(delivery)
 

@@ -88,6 +88,10 @@ class FilterBoard:
         self.publishes += 1
 
     def close(self) -> None:
+        """Withdraw the filter (sequence 0: a worker still mapping it brings nothing from now
+        on, the trainer fetches its own rows), then remove the file."""
+        self._mem[_SEQ] = np.uint64(0)
+        self._mem.flush()
         self._mem._mmap.close()  # type: ignore[attr-defined]
         try:
             os.unlink(self.layout.path)

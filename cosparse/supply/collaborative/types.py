@@ -27,6 +27,7 @@ class Delivery:
     rows: dict[str, DeliveredRows] = field(default_factory=dict)
     worker_ps_bytes: int = 0  # bytes the worker moved on its PS link for this batch
     worker_pid: int = 0
+    error: str | None = None  # the pull that failed (the rows not pulled after it are absent)
 
 
 @dataclass

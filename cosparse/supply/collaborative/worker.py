@@ -25,6 +25,7 @@ import numpy as np
 from cosparse.batch import SparseBatch
 from cosparse.link import LinkSpec
 from cosparse.ps.client import PSClient, PSError
+from cosparse.ps.errors import PSUnavailable
 from cosparse.store.dedup import (
     Deduper,
     TableIds,
@@ -91,6 +92,7 @@ class CollaborativeCodec:
         self._reported = 0
         self._names = itertools.count()
         self._dedupers: dict[str, Deduper] | None = None  # the worker's own scratch
+        self._failed: str | None = None  # a pull failed (keep_going): this worker pulls no more
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -98,6 +100,7 @@ class CollaborativeCodec:
         state["_reported"] = 0
         state["_names"] = None
         state["_dedupers"] = None
+        state["_failed"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -105,21 +108,33 @@ class CollaborativeCodec:
         self._names = itertools.count()
 
     # --- in the data worker -------------------------------------------------------------------
-    def _connect(self) -> tuple[PSClient, FilterView]:
+    def _connect(self) -> tuple[PSClient, FilterView | None]:
+        """The worker's PS client and its view of the filter (None: the trainer withdrew the
+        filter before this worker first looked, and fetches its rows itself)."""
         if self._client is None:
             p = self.ps
             self._client = PSClient(list(p.endpoints), p.timeout_s, p.heartbeat_s, auth_key=p.auth_key,
                                     link=p.link.shaper() if p.link is not None else None,
                                     namespace=p.namespace)
         if self._view is None:
-            self._view = FilterView(self.layout)
+            try:
+                self._view = FilterView(self.layout)
+            except FileNotFoundError:
+                return self._client, None
         return self._client, self._view
 
     def encode(self, task: Any) -> tuple[Any, ...]:
         t0 = time.perf_counter()
         batch = self.reader.build(task)
-        t_built = time.perf_counter()
-        build_ms = (t_built - t0) * 1e3
+        return self.encode_built(batch, t0, time.perf_counter())
+
+    def encode_built(self, batch: SparseBatch, t0: float, t_built: float,
+                     keep_going: bool = False) -> tuple[Any, ...]:
+        """The message of a batch already built (between ``t0`` and ``t_built``): its samples
+        with each table's dedup, and the cold rows pulled for it. A failed pull raises
+        ``DeliveryError``; with ``keep_going`` the batch goes without the rows not pulled yet
+        and its delivery names the error instead (a shared stream: one model's failure is
+        that model's, ``cosparse.supply.collaborative.models_codec``)."""
         client, view = self._connect()
         arrays: dict[str, np.ndarray] = {k: v for k, v in batch.to_arrays().items()
                                          if k in _SAMPLE_ARRAYS}
@@ -129,6 +144,7 @@ class CollaborativeCodec:
         for key in batch.keys:  # a column no table reads travels as it is
             if key not in served:
                 arrays[f"v.{key}"] = batch.feature(key)[0].numpy()
+        error = self._failed
         for t in self.tables:
             ids, _ = table_parts(batch, t.features)
             unique, inverse = self._dedupers[t.name].unique(map_ids(ids, t.hash_size))
@@ -136,7 +152,7 @@ class CollaborativeCodec:
             arrays[f"i.{t.name}.inverse"] = inverse.astype(np.int32)  # < 2^31 IDs per batch
             owned = unique if t.rows_of is None else \
                 unique[row_owner(unique, t.rows_of[1]) == t.rows_of[0]]  # this rank's rows
-            answer = view.resident(t.name, owned)
+            answer = None if error is not None or view is None else view.resident(t.name, owned)
             if answer is None:
                 continue  # no consistent filter yet: the trainer fetches this table itself
             maybe_resident, _ = answer
@@ -145,9 +161,13 @@ class CollaborativeCodec:
                 continue
             try:
                 pulled = client.pull(t.remote_name or t.name, cold, with_state=True, peek=True)
-            except PSError as e:
-                raise DeliveryError(f"data worker pid {os.getpid()}: pulling {cold.shape[0]} rows of "
-                                    f"table '{t.name}' failed: {e}") from None
+            except (PSError, PSUnavailable) as e:  # refused, or the shard dead or silent
+                error = (f"data worker pid {os.getpid()}: pulling {cold.shape[0]} rows of "
+                         f"table '{t.name}' failed: {e}")
+                if not keep_going:
+                    raise DeliveryError(error) from None
+                self._failed = error
+                continue
             counters = np.full(client.num_shards, -1, dtype=np.int64)
             for shard, c in pulled.write_counters.items():
                 counters[shard] = c
@@ -161,7 +181,7 @@ class CollaborativeCodec:
         meta = {"keys": list(batch.keys), "bad_records": batch.bad_records, "index": batch.index,
                 "dense_keys": batch.dense_keys, "features_computed": batch.features_computed,
                 "pid": os.getpid(), "worker_ps_bytes": moved - self._reported,
-                "payload": payload, "build_ms": build_ms,
+                "payload": payload, "build_ms": (t_built - t0) * 1e3, "error": error,
                 "worker_spans": [os.getpid(), [["build (read, featurize)", t0, t_built],
                                                ["dedup, filter, pull cold rows", t_built,
                                                 time.perf_counter()]]]}
@@ -209,7 +229,8 @@ class CollaborativeCodec:
                                          "build_ms": meta["build_ms"],
                                          "worker_spans": meta.get("worker_spans")})
         batch.prepared_ids = prepared
-        delivery = Delivery(worker_ps_bytes=meta["worker_ps_bytes"], worker_pid=meta["pid"])
+        delivery = Delivery(worker_ps_bytes=meta["worker_ps_bytes"], worker_pid=meta["pid"],
+                            error=meta.get("error"))
         for t in self.tables:
             if f"d.{t.name}.ids" in arrays:
                 delivery.rows[t.name] = DeliveredRows(*(arrays[f"d.{t.name}.{part}"] for part in
