@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.common import NUM_DENSE
+from benchmarks.common import NUM_DENSE, din_model_and_tables
 from cosparse.config import config_from_mapping, set_dotted, switch_preset
 from cosparse.report.compare import measure, parse_variant
 
@@ -104,7 +104,6 @@ def dlrm_mapping(size: Size, c: Cell) -> dict[str, Any]:
 def din_mapping(size: Size, c: Cell) -> dict[str, Any]:
     assert c.seq_len is not None
     vocab = 500_000
-    opt = {"kind": "rowwise_adagrad", "lr": 0.1}
     return {
         # (long histories: fewer samples a batch, so that one batch's rows fit the device tier)
         "data": {"reader": "synthetic_sequences", "workers": 1 if size is TINY else 2,
@@ -112,18 +111,7 @@ def din_mapping(size: Size, c: Cell) -> dict[str, Any]:
                  "eval_fraction": 0.1,
                  "events": {"synthetic": {"seq_len": c.seq_len, "vocab_size": vocab,
                                           "num_cates": 1000, "seed": 3}}},
-        "model": {"kind": "din", "din": {"pairs": [["target_item", "hist_item"],
-                                                   ["target_cate", "hist_cate"]],
-                                         "attention": [32, 16], "mlp": [64, 32],
-                                         "normalize": "softmax" if c.seq_len > 100 else "none"},
-                  "dense_optimizer": {"kind": "adam", "lr": 0.005}},
-        "tables": [
-            {"name": "item", "dim": 16, "features": ["target_item", "hist_item"],
-             "pooling": "none", "optimizer": dict(opt)},
-            {"name": "cate", "dim": 16, "features": ["target_cate", "hist_cate"],
-             "pooling": "none", "optimizer": dict(opt)},
-            {"name": "user", "dim": 8, "features": ["user"], "optimizer": dict(opt)},
-        ],
+        **din_model_and_tables(c.seq_len),
         "store": {"device": {"rows": int(vocab * SHARE)}, "host": {"rows": vocab // 4},
                   "remote": {"embedded": True, "num_shards": 2}},
         "train": {"steps": size.warmup + size.steps, "threads": 2, "seed": 1,

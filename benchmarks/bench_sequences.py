@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.common import SHARED_DATA, machine_info, write_json
+from benchmarks.common import SHARED_DATA, din_model_and_tables, machine_info, write_json
 from cosparse.batch import SparseBatch
 from cosparse.config import TableConfig, config_from_mapping
 from cosparse.data import make_reader
@@ -49,7 +49,6 @@ TAOBAO = SHARED_DATA / "taobao-userbehavior" / "UserBehavior_head84k.csv"
 
 
 def din_mapping(seq_len: int, batch: int) -> dict[str, Any]:
-    opt = {"kind": "rowwise_adagrad", "lr": 0.1}
     if seq_len == 100:
         data: dict[str, Any] = {"reader": "taobao_events", "path": str(TAOBAO),
                                 "events": {"max_len": 100}}
@@ -57,22 +56,12 @@ def din_mapping(seq_len: int, batch: int) -> dict[str, Any]:
         data = {"reader": "synthetic_sequences", "events": {"synthetic": {
             "seq_len": seq_len, "vocab_size": 100_000, "num_cates": 1000, "seed": 3}}}
     data.update(batch_size=batch, eval_fraction=0.2)
+    din = din_model_and_tables(seq_len)
+    din["tables"].append({"name": "btag", "dim": 4, "features": ["hist_btag"], "pooling": "mean",
+                          "optimizer": {"kind": "rowwise_adagrad", "lr": 0.1}})
     return {
         "data": data,
-        "model": {"kind": "din", "din": {"pairs": [["target_item", "hist_item"],
-                                                   ["target_cate", "hist_cate"]],
-                                         "attention": [32, 16], "mlp": [64, 32],
-                                         "normalize": "softmax" if seq_len > 100 else "none"},
-                  "dense_optimizer": {"kind": "adam", "lr": 0.005}},
-        "tables": [
-            {"name": "item", "dim": 16, "features": ["target_item", "hist_item"],
-             "pooling": "none", "optimizer": dict(opt)},
-            {"name": "cate", "dim": 16, "features": ["target_cate", "hist_cate"],
-             "pooling": "none", "optimizer": dict(opt)},
-            {"name": "user", "dim": 8, "features": ["user"], "optimizer": dict(opt)},
-            {"name": "btag", "dim": 4, "features": ["hist_btag"], "pooling": "mean",
-             "optimizer": dict(opt)},
-        ],
+        **din,
         "train": {"steps": 1 << 30, "epochs": 1000, "progress": False, "log_every": 1 << 30,
                   "threads": 2, "device": "auto"},
     }

@@ -566,3 +566,23 @@ def write_json(path: str, out: dict[str, Any]) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")
+
+
+def din_model_and_tables(seq_len: int) -> dict[str, Any]:
+    """The DIN benchmarks' model and tables (item, category, user; no history pooling), as
+    config mappings: softmax attention beyond 100 events."""
+    opt = {"kind": "rowwise_adagrad", "lr": 0.1}
+    return {
+        "model": {"kind": "din", "din": {"pairs": [["target_item", "hist_item"],
+                                                   ["target_cate", "hist_cate"]],
+                                         "attention": [32, 16], "mlp": [64, 32],
+                                         "normalize": "softmax" if seq_len > 100 else "none"},
+                  "dense_optimizer": {"kind": "adam", "lr": 0.005}},
+        "tables": [
+            {"name": "item", "dim": 16, "features": ["target_item", "hist_item"],
+             "pooling": "none", "optimizer": dict(opt)},
+            {"name": "cate", "dim": 16, "features": ["target_cate", "hist_cate"],
+             "pooling": "none", "optimizer": dict(opt)},
+            {"name": "user", "dim": 8, "features": ["user"], "optimizer": dict(opt)},
+        ],
+    }
