@@ -28,8 +28,10 @@ def test_bench_tiers_tiny(tmp_path: Path) -> None:
         assert len(s["rounds"]) == res["config"]["rounds"] == 5
     for key in ("tiered_over_resident", "spill_over_resident", "belady_hit_rate",
                 "popularity_oracle_no_transfer", "policy_over_belady",
-                "policy_over_popularity_oracle"):
+                "policy_over_popularity_oracle", "policy_over_bound"):
         assert res[key] > 0, key
+    # the fair bound (Belady at the same lookahead, prefetches counted) is below demand Belady's
+    assert res["policy_over_bound"] >= res["policy_over_belady"]
     assert set(res["hit_rate"]["device"]) == {"lru", "lfu", "hotness"}
     assert all(0 < v <= 1 for v in res["hit_rate"]["device"].values())
     assert res["hit_rate"]["plan_only_matches_trained"] is True
@@ -42,6 +44,6 @@ def test_bench_tiers_tiny(tmp_path: Path) -> None:
     for p in ("lru", "lfu", "hotness"):
         assert 0 < res["engine_vs_simulator"][p]["simulator"] <= 1
     assert set(res["targets"]) == {"tiered_over_resident", "policy_over_belady",
-                                   "policy_over_popularity_oracle"}
+                                   "policy_over_popularity_oracle", "policy_over_bound"}
     assert res["config"]["tables"] == 2 and res["config"]["device_rows"] == 1000
     assert "TARGET tiered_over_resident >= 0.8" in proc.stdout
