@@ -105,6 +105,21 @@ def test_each_common_feature_is_computed_once_per_batch_and_models_train_as_alon
         assert 0.5 < out["models"][name]["auc"] < 1.0
 
 
+def test_models_that_stop_mid_epoch_leave_the_shared_stream_idle(tmp_path):
+    """Both models stop at step 4 of a 16-batch epoch and then evaluate: the shared stream builds
+    no further than its queues (a closed model's stream is not a reader to fill)."""
+    raw = multi_raw(write_spec(tmp_path / "spec.yaml"), steps=4)
+    raw["data"]["queue_depth"] = 2
+    multi = MultiTrainer(config_from_mapping(raw), log=lambda m: None)
+    try:
+        out = multi.run()
+    finally:
+        multi.close()
+    assert all(t.state.step == 4 for t in multi.trainers.values())
+    # 4 trained, the models' read-ahead (prefetch and planning), and the stream's own queue
+    assert out["features"]["batches"] < 16
+
+
 def test_multi_model_config_errors_name_the_key(tmp_path):
     spec = write_spec(tmp_path / "spec.yaml")
     raw = multi_raw(spec)

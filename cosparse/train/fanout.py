@@ -195,7 +195,11 @@ class FanOut:
         assert rnd.stream is not None
         try:
             for batch in rnd.stream:
-                with rnd.cond:
+                with rnd.cond:  # nobody reading now (the models ended, or all stepped away):
+                    while not self._closed and not any(  # build no further ahead
+                            s.present for s in rnd.seats.values() if s.gone is None) and any(
+                            s.gone is None for s in rnd.seats.values()):
+                        rnd.cond.wait(0.1)
                     readers = sorted(n for n, s in rnd.seats.items() if s.gone is None)
                 if not readers or self._closed:
                     break
