@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from cosparse.batch import SparseBatch
+from cosparse.supply.collaborative.worker import BatchBuilder
 
 
 class PartCodec(Protocol):
@@ -32,17 +33,13 @@ class PartCodec(Protocol):
     def close(self) -> None: ...
 
 
-class Builder(Protocol):
-    def build(self, task: Any) -> SparseBatch: ...
-
-
 Select = Callable[[SparseBatch], SparseBatch]  # a model's view of a union batch (picklable)
 
 
 class ModelsCodec:
     """The union batch built once, each model's part encoded by its own codec."""
 
-    def __init__(self, reader: Builder, parts: Mapping[str, tuple[Select, PartCodec]],
+    def __init__(self, reader: BatchBuilder, parts: Mapping[str, tuple[Select, PartCodec]],
                  plain: bool) -> None:
         if not parts and not plain:
             raise ValueError("a shared stream's codec needs a model's part or the plain union")

@@ -133,8 +133,9 @@ class CollaborativeCodec:
         """The message of a batch already built (between ``t0`` and ``t_built``): its samples
         with each table's dedup, and the cold rows pulled for it. A failed pull raises
         ``DeliveryError``; with ``keep_going`` the batch goes without the rows not pulled yet
-        and its delivery names the error instead (a shared stream: one model's failure is
-        that model's, ``cosparse.supply.collaborative.models_codec``)."""
+        and its delivery names the error instead, as do this worker's later batches, which
+        pull no more (a shared stream: one model's failure is that model's alone,
+        ``cosparse.supply.models_codec``)."""
         client, view = self._connect()
         arrays: dict[str, np.ndarray] = {k: v for k, v in batch.to_arrays().items()
                                          if k in _SAMPLE_ARRAYS}
