@@ -81,6 +81,7 @@ class BenchConfig(common.Workload):
     emb_steps: int = 8
     breakdown_steps: int = 5
     threads: int = 0  # 0: torch default
+    device: str = "cpu"  # the cosparse contenders' and the dense bound's (torch's stays on the CPU)
 
     @property
     def num_batches(self) -> int:
@@ -130,11 +131,11 @@ class CosparseContender(Contender):
         self.name = "cosparse" if lookahead else "cosparse_inline"
         self.cfg, self.lookahead = cfg, lookahead
         torch.manual_seed(cfg.seed)
-        self.ec = EmbeddingCollection(common.table_configs(cfg), device="cpu")
+        self.ec = EmbeddingCollection(common.table_configs(cfg), device=cfg.device)
         self.model, self.opt = common.cosparse_dlrm(self.ec, cfg)
         self.features = cfg.features
         self.batches = common.sparse_batches(cfg, raw)
-        self.grads = common.upstream_grads(cfg)
+        self.grads = [g.to(cfg.device) for g in common.upstream_grads(cfg)]
 
     def _iter(self, start: int, n: int):
         """(iterator of prepared batches, closer). With lookahead the pipeline is filled first."""
@@ -156,6 +157,7 @@ class CosparseContender(Contender):
             for k in range(n):
                 p = first if (k == 0 and first is not None) else next(it)
                 loss = common.train_step(self.model, self.opt, self.ec, p)
+                common.sync(self.ec.device)
                 now = time.perf_counter()
                 times.append(now - last)
                 last = now
@@ -178,10 +180,13 @@ class CosparseContender(Contender):
             sup0 = self.ec.stage_ms["gather"] + self.ec.stage_ms["fill"]
             self.ec.stage(p, blocking=False)
             out = self.ec(p)
+            common.sync(self.ec.device)
             t2 = time.perf_counter()
             torch.autograd.backward([out[f] for f in self.features], self.grads)
+            common.sync(self.ec.device)
             t3 = time.perf_counter()
             self.ec.apply_gradients()
+            common.sync(self.ec.device)
             t4 = time.perf_counter()
             sup = (self.ec.stage_ms["gather"] + self.ec.stage_ms["fill"] - sup0 + p.plan_ms) / 1e3
             stages["prepare"] += t1 - t0
@@ -290,7 +295,7 @@ class DenseBoundContender(Contender):
         common.set_numba_threads(cfg.threads)
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
-        self.ec = EmbeddingCollection(common.table_configs(cfg), device="cpu")
+        self.ec = EmbeddingCollection(common.table_configs(cfg), device=cfg.device)
         self.model, self.opt = common.cosparse_dlrm(self.ec, cfg)
         self.ec.eval()  # only reads the rows; the dense towers stay in train mode
         self.features = cfg.features
@@ -304,7 +309,7 @@ class DenseBoundContender(Contender):
         with torch.no_grad():
             pooled = self.ec(b)
         embs = [pooled[f].detach().clone().requires_grad_(True) for f in self.features]
-        return b.dense.to(self.ec.device), embs, b.labels
+        return b.dense.to(self.ec.device), embs, b.labels.to(self.ec.device)
 
     def full(self, start: int, n: int) -> list[float]:
         import torch.nn.functional as F
@@ -318,6 +323,7 @@ class DenseBoundContender(Contender):
             loss = F.binary_cross_entropy_with_logits(logits, labels)
             loss.backward()
             self.opt.step()
+            common.sync(self.ec.device)
             now = time.perf_counter()
             times.append(now - last)
             last = now
@@ -547,11 +553,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peer", choices=["torchrec"], action="append", default=[],
                     help="also run TorchRec DMP + FBGEMM (needs .venv-peers: `make peers`)")
     ap.add_argument("--peer-python", default=str(PEER_VENV / "bin" / "python"))
+    common.add_device_arg(ap)
     return ap.parse_args(argv)
 
 
 def config_from_args(a: argparse.Namespace) -> BenchConfig:
-    return common.sized(BenchConfig(seed=a.seed, threads=a.threads), a,
+    return common.sized(BenchConfig(seed=a.seed, threads=a.threads, device=a.device), a,
                         quick={"rows": 100_000, "warmup": 2, "steps": 5, "rounds": 3, "emb_steps": 3,
                                "breakdown_steps": 2},
                         tiny={"tables": 2, "rows": 10_000, "batch": 256, "warmup": 1, "steps": 3, "rounds": 2,
@@ -567,6 +574,10 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     for n in names:
         if n not in IN_PROCESS:
             raise SystemExit(f"--contenders: unknown contender {n!r} (choose from {', '.join(IN_PROCESS)})")
+    if cfg.device != "cpu" and ("torch" in names or a.peer):
+        raise SystemExit(f"--device {cfg.device}: the torch and torchrec contenders run on the CPU "
+                         "only; pass --contenders cosparse,cosparse_inline,dense_bound and no --peer")
+    common.require_device(cfg.device)
     peer_py = Path(a.peer_python)
     if "torchrec" in a.peer:
         if not peer_py.exists():

@@ -88,6 +88,7 @@ class TiersConfig(common.Workload):
     decay: float = 0.99
     threads: int = 0
     policy_passes: bool = True
+    device: str = "cpu"  # where the device tier and the model live (the host tier: the CPU)
 
     @property
     def n_train(self) -> int:
@@ -119,16 +120,16 @@ def build_ec(cfg: TiersConfig, contender: str, policy: str = "hotness") -> Any:
 
     tables = common.table_configs(cfg)
     if contender == "resident":
-        return EmbeddingCollection(tables, device="cpu")
+        return EmbeddingCollection(tables, device=cfg.device)
     if contender == "dev10_host100":
         plan = TierPlan(cfg.device_rows, None, False, device_policy=policy, decay=cfg.decay)
     elif contender == "dev10_host25_spill":
         plan = TierPlan(cfg.device_rows, cfg.host_rows, True, device_policy=policy, decay=cfg.decay)
     else:
         raise ValueError(f"unknown contender {contender!r}")
-    cpu = torch.device("cpu")
-    placements = tiered_tables(tables, cpu, {t.name: plan for t in tables})
-    return EmbeddingCollection(tables, cpu, placements, lookahead=cfg.lookahead)
+    dev = torch.device(cfg.device)
+    placements = tiered_tables(tables, dev, {t.name: plan for t in tables})
+    return EmbeddingCollection(tables, dev, placements, lookahead=cfg.lookahead)
 
 
 def snapshot(ec: Any) -> dict[str, Any]:
@@ -174,6 +175,7 @@ class TierContender:
             if p.batch.index != start + k:
                 raise RuntimeError(f"{self.name}: got batch {p.batch.index}, expected {start + k}")
             loss = common.train_step(self.model, self.opt, self.ec, p)
+            common.sync(self.ec.device)
             now = time.perf_counter()
             times.append(now - last)
             last = now
@@ -381,6 +383,7 @@ def simulate_all(cfg: TiersConfig, traces: list[tuple[list[np.ndarray], int]]) -
 # ------------------------------------------------------------------------------------ parent
 def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     cfg = config_from_args(a)
+    common.require_device(cfg.device)
     env = common.worker_env(cfg.threads)
     common.set_threads(cfg.threads)
     cfg_json = json.dumps(dataclasses.asdict(cfg))
@@ -610,11 +613,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-policy-passes", action="store_true",
                     help="skip the plan-only lru/lfu/hotness passes")
     ap.add_argument("--data", help=argparse.SUPPRESS)
+    common.add_device_arg(ap)
     return ap.parse_args(argv)
 
 
 def config_from_args(a: argparse.Namespace) -> TiersConfig:
-    cfg = TiersConfig(seed=a.seed, threads=a.threads, policy_passes=not a.no_policy_passes)
+    cfg = TiersConfig(seed=a.seed, threads=a.threads, policy_passes=not a.no_policy_passes,
+                      device=a.device)
     cfg = common.sized(cfg, a,
                        quick={"rows": 100_000, "batch": 512, "warmup": 5, "steps": 4, "rounds": 5},
                        tiny={"tables": 2, "rows": 10_000, "batch": 128, "warmup": 2, "steps": 2, "rounds": 5},

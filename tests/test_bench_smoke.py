@@ -53,3 +53,21 @@ def test_peer_missing_venv_fails_clearly(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "make peers" in proc.stderr
+
+
+def test_device_cuda_refusals() -> None:
+    """--device cuda: the CPU-only torch contender is refused; without a CUDA device, so is the run."""
+    proc = subprocess.run([sys.executable, *BENCH, "--tiny", "--device", "cuda"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "--contenders cosparse,cosparse_inline,dense_bound" in proc.stderr
+    import torch
+
+    if not torch.cuda.is_available():
+        proc = subprocess.run([sys.executable, *BENCH, "--tiny", "--device", "cuda",
+                               "--contenders", "cosparse,dense_bound"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and "--device cuda: torch" in proc.stderr
+        assert "sees no CUDA device" in proc.stderr
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_tiers", "--tiny", "--device", "cuda"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and "sees no CUDA device" in proc.stderr
