@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS := .venv-peers
 
-.PHONY: demo test test-fast lint bench peers clean
+.PHONY: demo test test-fast lint bench peers wheelhouse clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,16 @@ peers:
 	$(PEERS)/bin/pip install --quiet torch==2.13.0 fbgemm-gpu-cpu==1.8.0 tensordict torchmetrics==1.0.3 tqdm pyre-extensions numpy==2.4.6
 	$(PEERS)/bin/pip install --quiet --no-deps torchrec==1.8.0
 	$(PEERS)/bin/python -c "import torch, fbgemm_gpu, torchrec; print('peers:', torch.__version__, torchrec.__version__)"
+
+# the wheels benchmarks/gpu_check.sh installs on a CUDA machine without network: the project's
+# and its dev extra's dependencies, not torch (that machine has its own). Build it for that machine's
+# Python, e.g. WHEEL_ARGS="--only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64"
+WHEELHOUSE ?= wheelhouse
+WHEEL_ARGS ?=
+wheelhouse: $(STAMP)
+	mkdir -p $(WHEELHOUSE)
+	$(BIN)/python -m benchmarks.wheelhouse requirements > $(WHEELHOUSE)/requirements.txt
+	$(BIN)/pip download --dest $(WHEELHOUSE) $(WHEEL_ARGS) -r $(WHEELHOUSE)/requirements.txt
 
 clean:
 	rm -rf $(VENV) $(PEERS) build *.egg-info

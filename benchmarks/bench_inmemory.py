@@ -16,6 +16,10 @@ Contenders, each in its OWN worker process (so peak RSS is per contender and thr
   cosparse_inline  the same, with ``ec.prepare`` run inline inside the timed step.
   torch            nn.EmbeddingBag(rows, 64, mode="sum", sparse=True) x 8, hand-written sparse row-wise
                    Adagrad (coalesce + per-row update, FBGEMM EXACT_ROWWISE_ADAGRAD math).
+  dense_bound      the dense-only bound: the same DLRM and dense Adagrad fed precomputed pooled
+                   embeddings (read before the clock starts), so the embedding cost is zero.
+                   ``over_dense_bound`` = cosparse samples/s over the bound's (target >= 0.75, stretch
+                   0.9, on the paired per-round median ``over_dense_bound_paired``).
   torchrec         (``--peer torchrec``) TorchRec DMP + FBGEMM CPU TBE with fused row-wise Adagrad, run
                    by benchmarks/peer_torchrec.py in the separate venv .venv-peers (``make peers``).
 The parent process only orchestrates: it sends "run N steps" commands to the workers over stdin/stdout,
@@ -59,7 +63,10 @@ import numpy as np
 from benchmarks import common
 
 PEER_VENV = common.REPO / ".venv-peers"
-IN_PROCESS = ("cosparse", "cosparse_inline", "torch")
+IN_PROCESS = ("cosparse", "cosparse_inline", "torch", "dense_bound")
+NO_EMBEDDING = ("dense_bound",)  # no embedding-only pass
+TARGETS = {"over_dense_bound_paired": 0.75}  # name -> minimum; never loosen
+STRETCH = {"over_dense_bound_paired": 0.9}
 CLEAN_OTHER_CPU = 0.25  # a round is "clean" when other processes used less than this many cores
 
 
@@ -74,6 +81,7 @@ class BenchConfig(common.Workload):
     emb_steps: int = 8
     breakdown_steps: int = 5
     threads: int = 0  # 0: torch default
+    device: str = "cpu"  # the cosparse contenders' and the dense bound's (torch's stays on the CPU)
 
     @property
     def num_batches(self) -> int:
@@ -123,11 +131,11 @@ class CosparseContender(Contender):
         self.name = "cosparse" if lookahead else "cosparse_inline"
         self.cfg, self.lookahead = cfg, lookahead
         torch.manual_seed(cfg.seed)
-        self.ec = EmbeddingCollection(common.table_configs(cfg), device="cpu")
+        self.ec = EmbeddingCollection(common.table_configs(cfg), device=cfg.device)
         self.model, self.opt = common.cosparse_dlrm(self.ec, cfg)
         self.features = cfg.features
         self.batches = common.sparse_batches(cfg, raw)
-        self.grads = common.upstream_grads(cfg)
+        self.grads = [g.to(cfg.device) for g in common.upstream_grads(cfg)]
 
     def _iter(self, start: int, n: int):
         """(iterator of prepared batches, closer). With lookahead the pipeline is filled first."""
@@ -149,6 +157,7 @@ class CosparseContender(Contender):
             for k in range(n):
                 p = first if (k == 0 and first is not None) else next(it)
                 loss = common.train_step(self.model, self.opt, self.ec, p)
+                common.sync(self.ec.device)
                 now = time.perf_counter()
                 times.append(now - last)
                 last = now
@@ -171,10 +180,13 @@ class CosparseContender(Contender):
             sup0 = self.ec.stage_ms["gather"] + self.ec.stage_ms["fill"]
             self.ec.stage(p, blocking=False)
             out = self.ec(p)
+            common.sync(self.ec.device)
             t2 = time.perf_counter()
             torch.autograd.backward([out[f] for f in self.features], self.grads)
+            common.sync(self.ec.device)
             t3 = time.perf_counter()
             self.ec.apply_gradients()
+            common.sync(self.ec.device)
             t4 = time.perf_counter()
             sup = (self.ec.stage_ms["gather"] + self.ec.stage_ms["fill"] - sup0 + p.plan_ms) / 1e3
             stages["prepare"] += t1 - t0
@@ -263,6 +275,65 @@ class CosparseContender(Contender):
             "numba_threading_layer": _numba_layer(),
             "rows_per_table": int(np.mean([t.num_rows for t in self.ec.tables.values()])),
         }
+
+
+class DenseBoundContender(Contender):
+    """The dense-only bound: cosparse's DLRM (same seed, same dense Adagrad) trained on
+    precomputed pooled embeddings, so the embedding cost is zero. Before a round's clock starts,
+    the pooled outputs of its batches are read once (``ec`` in eval mode: a read, no training)
+    and become constant leaf tensors; each timed step runs the model's dense part
+    (``interact``: bottom MLP, interaction, top MLP), BCE, backward (the gradient reaches the
+    pooled leaves, as it reaches the embedding outputs end to end) and the dense step."""
+
+    name = "dense_bound"
+
+    def __init__(self, cfg: BenchConfig, raw: list[common.Batch]) -> None:
+        import torch
+
+        from cosparse.nn.embedding import EmbeddingCollection
+
+        common.set_numba_threads(cfg.threads)
+        self.cfg = cfg
+        torch.manual_seed(cfg.seed)
+        self.ec = EmbeddingCollection(common.table_configs(cfg), device=cfg.device)
+        self.model, self.opt = common.cosparse_dlrm(self.ec, cfg)
+        self.ec.eval()  # only reads the rows; the dense towers stay in train mode
+        self.features = cfg.features
+        self.batches = common.sparse_batches(cfg, raw)
+
+    def _inputs(self, i: int) -> tuple[Any, list[Any], Any]:
+        """(dense, pooled leaves, labels) of batch ``i``, computed outside the clock."""
+        import torch
+
+        b = self.batches[i]
+        with torch.no_grad():
+            pooled = self.ec(b)
+        embs = [pooled[f].detach().clone().requires_grad_(True) for f in self.features]
+        return b.dense.to(self.ec.device), embs, b.labels.to(self.ec.device)
+
+    def full(self, start: int, n: int) -> list[float]:
+        import torch.nn.functional as F
+
+        inputs = [self._inputs(i) for i in range(start, start + n)]
+        times = []
+        last = time.perf_counter()
+        for dense, embs, labels in inputs:
+            self.opt.zero_grad(set_to_none=True)
+            logits = self.model.interact(dense, embs).squeeze(-1)
+            loss = F.binary_cross_entropy_with_logits(logits, labels)
+            loss.backward()
+            self.opt.step()
+            common.sync(self.ec.device)
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+        self.last_loss = float(loss.detach())
+        return times
+
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        return {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
 
 
 def _numba_layer() -> str:
@@ -461,6 +532,8 @@ def build_inprocess(name: str) -> Callable[[BenchConfig, list[common.Batch]], Co
         return lambda cfg, raw: CosparseContender(cfg, raw, lookahead=0)
     if name == "torch":
         return TorchContender
+    if name == "dense_bound":
+        return DenseBoundContender
     raise ValueError(f"unknown contender {name!r}")
 
 
@@ -480,11 +553,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peer", choices=["torchrec"], action="append", default=[],
                     help="also run TorchRec DMP + FBGEMM (needs .venv-peers: `make peers`)")
     ap.add_argument("--peer-python", default=str(PEER_VENV / "bin" / "python"))
+    common.add_device_arg(ap)
     return ap.parse_args(argv)
 
 
 def config_from_args(a: argparse.Namespace) -> BenchConfig:
-    return common.sized(BenchConfig(seed=a.seed, threads=a.threads), a,
+    return common.sized(BenchConfig(seed=a.seed, threads=a.threads, device=a.device), a,
                         quick={"rows": 100_000, "warmup": 2, "steps": 5, "rounds": 3, "emb_steps": 3,
                                "breakdown_steps": 2},
                         tiny={"tables": 2, "rows": 10_000, "batch": 256, "warmup": 1, "steps": 3, "rounds": 2,
@@ -500,6 +574,10 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     for n in names:
         if n not in IN_PROCESS:
             raise SystemExit(f"--contenders: unknown contender {n!r} (choose from {', '.join(IN_PROCESS)})")
+    if cfg.device != "cpu" and ("torch" in names or a.peer):
+        raise SystemExit(f"--device {cfg.device}: the torch and torchrec contenders run on the CPU "
+                         "only; pass --contenders cosparse,cosparse_inline,dense_bound and no --peer")
+    common.require_device(cfg.device)
     peer_py = Path(a.peer_python)
     if "torchrec" in a.peer:
         if not peer_py.exists():
@@ -534,7 +612,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         # warm-up (JIT, allocator, first-touch of rows), alternating too
         for n in names:
             workers[n].call(cmd="full", start=0, n=cfg.warmup)
-            workers[n].call(cmd="emb", start=max(cfg.warmup - 1, 0), n=1)
+            if n not in NO_EMBEDDING:
+                workers[n].call(cmd="emb", start=max(cfg.warmup - 1, 0), n=1)
         for r in range(cfg.rounds):
             order = common.rotation(names, r)
             for n in order:
@@ -545,7 +624,9 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
                 d["other_cpu"].append(round(common.other_cores(busy, out), 2))
                 d["loss"] = out["loss"]
             for n in order:
-                if cfg.emb_steps <= 0 or n == "cosparse_inline" and "cosparse" in workers:
+                if cfg.emb_steps <= 0 or n in NO_EMBEDDING:
+                    continue
+                if n == "cosparse_inline" and "cosparse" in workers:
                     continue  # the embedding-only pass of cosparse is the same code either way
                 out = workers[n].call(cmd="emb", start=cfg.emb_start(r), n=cfg.emb_steps)
                 d = res[n]
@@ -605,8 +686,14 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
             per["cosparse_inline"]["samples_per_s"] / per["torch"]["samples_per_s"], 3)
     for a_, b_ in (("cosparse", "torch"), ("cosparse", "torchrec"), ("cosparse_inline", "torch")):
         if a_ in res and b_ in res:  # same-round pairs: robust to slow drifts of machine load
-            pairs = zip(res[a_]["rounds_samples_per_s"], res[b_]["rounds_samples_per_s"], strict=True)
-            out[f"ratio_paired_{a_}_vs_{b_}"] = round(common.median(x / y for x, y in pairs), 3)
+            out[f"ratio_paired_{a_}_vs_{b_}"] = paired_ratio(res, a_, b_)
+    if "cosparse" in per and "dense_bound" in per:  # end to end over the embedding-free bound
+        out["over_dense_bound"] = round(
+            per["cosparse"]["samples_per_s"] / per["dense_bound"]["samples_per_s"], 3)
+        out["over_dense_bound_paired"] = paired_ratio(res, "cosparse", "dense_bound")
+        out["targets"] = {k: {"value": out[k], "target": t, "stretch": STRETCH[k],
+                              "pass": bool(out[k] >= t), "stretch_pass": bool(out[k] >= STRETCH[k])}
+                          for k, t in TARGETS.items()}
     if "cosparse" in emb_ms and "torch" in emb_ms:
         out["embedding_ratio"] = round(emb_ms["torch"] / emb_ms["cosparse"], 3)
     out["embedding_ms"] = emb_ms
@@ -630,6 +717,12 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def paired_ratio(res: dict[str, dict[str, Any]], a: str, b: str) -> float:
+    """Median over rounds of a's samples/s over b's in the same round."""
+    pairs = zip(res[a]["rounds_samples_per_s"], res[b]["rounds_samples_per_s"], strict=True)
+    return round(common.median(x / y for x, y in pairs), 3)
+
+
 def print_table(out: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
     hdr = (f"{'contender':<16}{'samples/s':>11}{'rounds min-max':>17}{'step p50 ms':>13}"
            f"{'emb ms':>9}{'peak RSS MB':>13}{'other cpu':>11}{'loss':>8}")
@@ -643,9 +736,13 @@ def print_table(out: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
     print()
     for k in ("ratio", "ratio_inline", "ratio_paired_cosparse_vs_torch", "embedding_ratio",
               "torchrec_samples_per_s", "torchrec_embedding_ms", "ratio_vs_torchrec",
-              "ratio_paired_cosparse_vs_torchrec", "embedding_ratio_vs_torchrec"):
+              "ratio_paired_cosparse_vs_torchrec", "embedding_ratio_vs_torchrec",
+              "over_dense_bound", "over_dense_bound_paired"):
         if k in out:
             print(f"{k} = {out[k]}")
+    for k, t in out.get("targets", {}).items():
+        print(f"TARGET {k} >= {t['target']} (stretch {t['stretch']}): {t['value']} "
+              f"{'PASS' if t['pass'] else 'MISS'}{' (stretch PASS)' if t['stretch_pass'] else ''}")
     print(f"embedding_ms = {out['embedding_ms']}")
     for n, p in per.items():
         print(f"  {n} embedding stages (ms/step): {p['embedding_stages_ms']}")

@@ -28,6 +28,10 @@ Simulator: per table, the unique IDs of every trained batch mapped to dense ints
 cosparse.tune (same capacity, same warm-up exclusion): Belady demand (lookahead 0) hit rate, the
 popularity oracle and lru/lfu/hotness with lookahead 4 as no-transfer fractions (1 - fetches per
 lookup over the steady batches). See benchmarks/README.md for the exact definitions.
+
+Memory: after the rounds each tiered worker reports ``bytes_per_row_overhead``, the bytes its tables
+keep beyond the rows and their optimizer state (``TieredTable.memory_overhead``: ID maps, slot maps,
+flags, hotness, horizon, in-flight pins, at their arrays' capacity) per live row (target <= 24 B).
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ TARGETS = {  # name -> minimum; never loosen
     "policy_over_popularity_oracle": 0.97,
     "policy_over_bound": 0.97,
 }
+TARGETS_MAX = {  # name -> maximum; never loosen
+    "bytes_per_row_overhead": 24.0,  # the worst tiered contender
+}
 COUNTER_KEYS = ("lookups", "device_hits", "host_hits", "backing_hits", "fresh_rows",
                 "evictions_device", "evictions_host", "writebacks_device", "bytes_host_device",
                 "bytes_device_host", "bytes_backing_device", "bytes_host_backing")
@@ -82,6 +89,7 @@ class TiersConfig(common.Workload):
     decay: float = 0.99
     threads: int = 0
     policy_passes: bool = True
+    device: str = "cpu"  # where the device tier and the model live (the host tier: the CPU)
 
     @property
     def n_train(self) -> int:
@@ -113,16 +121,16 @@ def build_ec(cfg: TiersConfig, contender: str, policy: str = "hotness") -> Any:
 
     tables = common.table_configs(cfg)
     if contender == "resident":
-        return EmbeddingCollection(tables, device="cpu")
+        return EmbeddingCollection(tables, device=cfg.device)
     if contender == "dev10_host100":
         plan = TierPlan(cfg.device_rows, None, False, device_policy=policy, decay=cfg.decay)
     elif contender == "dev10_host25_spill":
         plan = TierPlan(cfg.device_rows, cfg.host_rows, True, device_policy=policy, decay=cfg.decay)
     else:
         raise ValueError(f"unknown contender {contender!r}")
-    cpu = torch.device("cpu")
-    placements = tiered_tables(tables, cpu, {t.name: plan for t in tables})
-    return EmbeddingCollection(tables, cpu, placements, lookahead=cfg.lookahead)
+    dev = torch.device(cfg.device)
+    placements = tiered_tables(tables, dev, {t.name: plan for t in tables})
+    return EmbeddingCollection(tables, dev, placements, lookahead=cfg.lookahead)
 
 
 def snapshot(ec: Any) -> dict[str, Any]:
@@ -168,6 +176,7 @@ class TierContender:
             if p.batch.index != start + k:
                 raise RuntimeError(f"{self.name}: got batch {p.batch.index}, expected {start + k}")
             loss = common.train_step(self.model, self.opt, self.ec, p)
+            common.sync(self.ec.device)
             now = time.perf_counter()
             times.append(now - last)
             last = now
@@ -186,13 +195,28 @@ class TierContender:
 
         return {"hbm_share": self.ec.hbm_share(), "lookahead_shrinks": int(self.ec.planner.shrinks),
                 "torch_threads": torch.get_num_threads(), "numba_threads": numba.get_num_threads(),
-                "rows_per_table": int(np.mean([t.num_rows for t in self.ec.tables.values()]))}
+                "rows_per_table": int(np.mean([t.num_rows for t in self.ec.tables.values()])),
+                "memory_overhead": memory_overhead(self.ec)}
 
     def close(self) -> None:
         self.gate.stop()
         self.ec.planner.cancel()
         self.pf.close()
         self.ec.planner.reset(self.trained)
+
+
+def memory_overhead(ec: Any) -> dict[str, Any] | None:
+    """Bytes per live row beyond the row and its optimizer state, summed over the tiered tables
+    (``memory_overhead`` of each: ID maps, slot maps, flags, hotness, horizon, pins in flight);
+    None for a contender without tiers."""
+    parts = [t.memory_overhead() for t in ec.tables.values() if hasattr(t, "memory_overhead")]
+    if not parts:
+        return None
+    tot = {k: sum(p[k] for p in parts) for k in parts[0]}
+    live = max(tot.pop("live_rows"), 1)
+    total = tot.pop("total")
+    return {"bytes_per_row": round(total / live, 2), "total_bytes": total, "live_rows": live,
+            "per_row_by_kind": {k: round(v / live, 2) for k, v in tot.items()}}
 
 
 def serve_tiers(name: str, cfg: TiersConfig, data: Path) -> None:
@@ -360,6 +384,7 @@ def simulate_all(cfg: TiersConfig, traces: list[tuple[list[np.ndarray], int]]) -
 # ------------------------------------------------------------------------------------ parent
 def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     cfg = config_from_args(a)
+    common.require_device(cfg.device)
     env = common.worker_env(cfg.threads)
     common.set_threads(cfg.threads)
     cfg_json = json.dumps(dataclasses.asdict(cfg))
@@ -491,12 +516,23 @@ def assemble(cfg: TiersConfig, res: dict[str, Any], stats: dict[str, Any], polic
     out["lookahead_shrinks"] = {n: eng[n]["lookahead_shrinks"] for n in TIERED}
     out["lookahead_shrinks"].update({f"plan_only_{p}": f["lookahead_shrinks"] for p, f in pol.items()})
     out["hbm_share"] = {n: stats[n]["info"]["hbm_share"] for n in TIERED}
+    mem = {n: stats[n]["info"]["memory_overhead"] for n in TIERED}
+    out["bytes_per_row_overhead"] = {n: m["bytes_per_row"] for n, m in mem.items()}
+    out["memory_overhead"] = {
+        **mem, "definition": "bytes per live row (distinct IDs in the local tiers, after the run) "
+                             "beyond the row and its optimizer state: ID maps, slot maps, flags, "
+                             "hotness, horizon and in-flight pins, at their arrays' capacity"}
     targets = {"tiered_over_resident": out["tiered_over_resident"],
                "policy_over_belady": out["policy_over_belady"],
                "policy_over_bound": out["policy_over_bound"],
                "policy_over_popularity_oracle": out["policy_over_popularity_oracle"]}
     out["targets"] = {k: {"value": v, "target": TARGETS[k], "pass": bool(v >= TARGETS[k])}
                       for k, v in targets.items()}
+    worst = max(TIERED, key=lambda n: out["bytes_per_row_overhead"][n])
+    out["targets"]["bytes_per_row_overhead"] = {
+        "value": out["bytes_per_row_overhead"][worst], "contender": worst, "at_most": True,
+        "target": TARGETS_MAX["bytes_per_row_overhead"],
+        "pass": bool(out["bytes_per_row_overhead"][worst] <= TARGETS_MAX["bytes_per_row_overhead"])}
     out["plan_profile"] = policy.get("hotness", {}).get("profile", {})
     out["plan_only_plan_ms_p50"] = {p: round(common.median(v["plan_ms"]), 1) for p, v in policy.items()}
     per: dict[str, Any] = {}
@@ -559,8 +595,13 @@ def print_report(out: dict[str, Any]) -> None:
               "tottime), top:")
         for r in out["plan_profile"]["top_tottime"][:8]:
             print(f"    {r['tottime_ms_per_batch']:>8} ms  {r['calls_per_batch']:>6} calls  {r['func']}")
+    for n, m in out["memory_overhead"].items():
+        if n != "definition":
+            print(f"bytes_per_row_overhead {n} = {m['bytes_per_row']} ({m['live_rows']:,} live rows; "
+                  f"per row by kind {m['per_row_by_kind']})")
     for k, t in out["targets"].items():
-        print(f"TARGET {k} >= {t['target']}: {t['value']} {'PASS' if t['pass'] else 'MISS'}")
+        op = "<=" if t.get("at_most") else ">="
+        print(f"TARGET {k} {op} {t['target']}: {t['value']} {'PASS' if t['pass'] else 'MISS'}")
     print(f"wall {out['wall_s']} s; loadavg start {out['machine']['loadavg']} end "
           f"{out['machine']['loadavg_end']}", flush=True)
 
@@ -578,11 +619,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-policy-passes", action="store_true",
                     help="skip the plan-only lru/lfu/hotness passes")
     ap.add_argument("--data", help=argparse.SUPPRESS)
+    common.add_device_arg(ap)
     return ap.parse_args(argv)
 
 
 def config_from_args(a: argparse.Namespace) -> TiersConfig:
-    cfg = TiersConfig(seed=a.seed, threads=a.threads, policy_passes=not a.no_policy_passes)
+    cfg = TiersConfig(seed=a.seed, threads=a.threads, policy_passes=not a.no_policy_passes,
+                      device=a.device)
     cfg = common.sized(cfg, a,
                        quick={"rows": 100_000, "batch": 512, "warmup": 5, "steps": 4, "rounds": 5},
                        tiny={"tables": 2, "rows": 10_000, "batch": 128, "warmup": 2, "steps": 2, "rounds": 5},

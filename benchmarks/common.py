@@ -159,7 +159,7 @@ def cosparse_dlrm(ec: Any, w: Workload) -> tuple[Any, Any]:
 
     from cosparse.nn.models import DLRM
 
-    model = DLRM(ec, NUM_DENSE, bottom=[*BOTTOM, w.dim], top=list(TOP))
+    model = DLRM(ec, NUM_DENSE, bottom=[*BOTTOM, w.dim], top=list(TOP)).to(ec.device)
     model.train()
     return model, torch.optim.Adagrad(model.parameters(), lr=w.lr)
 
@@ -173,11 +173,32 @@ def train_step(model: Any, opt: Any, ec: Any, p: Any) -> Any:
     if p.slots is None:  # prepared but not planned (no prefetch thread plans it): plan it here
         ec.stage(p, blocking=False)
     logits = model(p)
-    loss = F.binary_cross_entropy_with_logits(logits, p.batch.labels)
+    loss = F.binary_cross_entropy_with_logits(logits, p.batch.labels.to(logits.device))
     loss.backward()
     opt.step()
     ec.apply_gradients()
     return loss
+
+
+def require_device(device: str) -> None:
+    """Refuse ``--device cuda`` where torch sees no CUDA device, saying what is missing."""
+    import torch
+
+    if device not in ("cpu", "cuda"):
+        raise SystemExit(f"--device: {device!r} is not cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device cuda: torch {torch.__version__} (CUDA build: {torch.version.cuda}) "
+                         "sees no CUDA device; run on a machine with one (benchmarks/gpu_check.sh) "
+                         "or use --device cpu")
+
+
+def sync(device: Any) -> None:
+    """Wait for the device's queued work (CUDA kernels are asynchronous), so a clock read after
+    it covers the step; nothing to wait for on the CPU."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def upstream_grads(w: Workload) -> list[Any]:
@@ -186,6 +207,12 @@ def upstream_grads(w: Workload) -> list[Any]:
 
     g = torch.Generator().manual_seed(w.seed + 1)
     return [torch.randn(w.batch, w.dim, generator=g) * 1e-3 for _ in range(w.tables)]
+
+
+def add_device_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="where the cosparse contenders' device tier and model run (cuda: "
+                         "benchmarks/gpu_check.sh)")
 
 
 def set_threads(threads: int) -> None:

@@ -27,7 +27,14 @@ def test_bench_inmemory_tiny(tmp_path: Path) -> None:
         assert res[key] > 0, key
     assert set(res["embedding_ms"]) >= {"cosparse", "torch"}
     assert all(v > 0 for v in res["embedding_ms"].values())
-    assert set(res["peak_rss_mb"]) == {"cosparse", "cosparse_inline", "torch"}
+    assert set(res["peak_rss_mb"]) == {"cosparse", "cosparse_inline", "torch", "dense_bound"}
+    assert res["dense_bound_samples_per_s"] > 0 and res["contenders"]["dense_bound"]["embedding_ms"] is None
+    assert res["over_dense_bound"] == round(
+        res["cosparse_samples_per_s"] / res["dense_bound_samples_per_s"], 3)
+    t = res["targets"]["over_dense_bound_paired"]
+    assert t["value"] == res["over_dense_bound_paired"] > 0 and t["target"] == 0.75 and t["stretch"] == 0.9
+    assert t["pass"] == (t["value"] >= 0.75)
+    assert "TARGET over_dense_bound_paired >= 0.75 (stretch 0.9): " in proc.stdout
     assert all(v > 0 for v in res["peak_rss_mb"].values())
     for name, c in res["contenders"].items():
         assert c["step_ms_p50"] > 0, name
@@ -46,3 +53,21 @@ def test_peer_missing_venv_fails_clearly(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "make peers" in proc.stderr
+
+
+def test_device_cuda_refusals() -> None:
+    """--device cuda: the CPU-only torch contender is refused; without a CUDA device, so is the run."""
+    proc = subprocess.run([sys.executable, *BENCH, "--tiny", "--device", "cuda"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "--contenders cosparse,cosparse_inline,dense_bound" in proc.stderr
+    import torch
+
+    if not torch.cuda.is_available():
+        proc = subprocess.run([sys.executable, *BENCH, "--tiny", "--device", "cuda",
+                               "--contenders", "cosparse,dense_bound"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and "--device cuda: torch" in proc.stderr
+        assert "sees no CUDA device" in proc.stderr
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_tiers", "--tiny", "--device", "cuda"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and "sees no CUDA device" in proc.stderr

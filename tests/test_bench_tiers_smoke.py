@@ -44,6 +44,13 @@ def test_bench_tiers_tiny(tmp_path: Path) -> None:
     for p in ("lru", "lfu", "hotness"):
         assert 0 < res["engine_vs_simulator"][p]["simulator"] <= 1
     assert set(res["targets"]) == {"tiered_over_resident", "policy_over_belady",
-                                   "policy_over_popularity_oracle", "policy_over_bound"}
+                                   "policy_over_popularity_oracle", "policy_over_bound",
+                                   "bytes_per_row_overhead"}
+    for name in ("dev10_host100", "dev10_host25_spill"):  # at least the ID map, slot map, hotness
+        assert 8 + 8 + 4 < res["bytes_per_row_overhead"][name] < 1000, name
+        assert res["memory_overhead"][name]["live_rows"] > res["config"]["device_rows"]
+    t = res["targets"]["bytes_per_row_overhead"]
+    assert t["target"] == 24 and t["value"] == max(res["bytes_per_row_overhead"].values())
+    assert f"TARGET bytes_per_row_overhead <= 24.0: {t['value']} " in proc.stdout
     assert res["config"]["tables"] == 2 and res["config"]["device_rows"] == 1000
     assert "TARGET tiered_over_resident >= 0.8" in proc.stdout

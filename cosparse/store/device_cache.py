@@ -52,6 +52,28 @@ class DeviceCache(SlabRows):
     def device_bytes(self) -> tuple[int, int]:
         return self.dev.size * self.row_bytes, self.dev.capacity * self.row_bytes
 
+    def local_tiers(self) -> list[Tier]:
+        """The tiers this process holds, topmost first (the PS below is not one of them)."""
+        return [self.dev]
+
+    def memory_overhead(self) -> dict[str, int]:
+        """What the table keeps beyond its rows and their optimizer state, from the real
+        structures' ``nbytes``: every local tier's metadata summed by kind (see
+        ``Tier.metadata_nbytes``), ``in_flight`` (the slots pinned by batches in flight), the
+        ``total`` and ``live_rows``, the distinct IDs the local tiers hold (a row on two tiers
+        counts once). Shadow copies of rows and free slab slots are rows, not counted here."""
+        with self.lock:
+            tiers = self.local_tiers()
+            out: dict[str, int] = {}
+            for tier in tiers:
+                for kind, n in tier.metadata_nbytes().items():
+                    out[kind] = out.get(kind, 0) + n
+            out["in_flight"] = sum(int(s.nbytes) for s in self._pinned.values())
+            out["total"] = sum(out.values())
+            ids = [t.slot_ids[t.occupied_slots()] for t in tiers]
+            out["live_rows"] = int(np.unique(np.concatenate(ids)).shape[0])
+            return out
+
     def _evict(self, victims: np.ndarray, seq: int) -> None:
         raise NotImplementedError
 

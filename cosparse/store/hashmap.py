@@ -29,6 +29,11 @@ class IdMap:
     def capacity(self) -> int:
         return int(self.keys.shape[0])
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the map's arrays (its whole capacity, not only the live entries)."""
+        return int(self.keys.nbytes + self.vals.nbytes)
+
     def _reserve(self, extra: int) -> None:
         need = self.size + extra
         if need <= _MAX_LOAD * self.capacity:

@@ -46,6 +46,10 @@ class FutureUses:
         kernels.future_get(self.keys, self.vals, ids, out)
         return out
 
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.vals.nbytes)
+
     def clear(self) -> None:
         self.__init__()
 
@@ -251,3 +255,16 @@ class Tier:
 
     def occupied_slots(self) -> np.ndarray:
         return np.flatnonzero(self.occupied)
+
+    def metadata_nbytes(self) -> dict[str, int]:
+        """Bytes of everything the tier keeps beside its slab of rows (and their optimizer
+        state), by kind, at the arrays' full capacity: ``id_map`` (the ID->slot map),
+        ``slot_maps`` (slot->ID, the free stack, retired slots), ``flags`` (occupied, dirty,
+        pins), ``hotness`` (counts, last use) and ``horizon`` (wanted counts, future uses)."""
+        return {
+            "id_map": self.map.nbytes,
+            "slot_maps": int(self.slot_ids.nbytes + self.free.nbytes + self.retired.nbytes),
+            "flags": int(self.occupied.nbytes + self.dirty.nbytes + self.pins.nbytes),
+            "hotness": int(self.counts.nbytes + self.last.nbytes),
+            "horizon": int(self.wanted.nbytes + self.future.nbytes),
+        }

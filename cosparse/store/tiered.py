@@ -243,6 +243,9 @@ class TieredTable(DeviceCache):
             else:
                 self._unwant_in_plan = True
 
+    def local_tiers(self) -> list[Tier]:
+        return [t for t in (self.dev, self.host, self.backing) if t is not None]
+
     def resident_ids(self) -> np.ndarray:
         """IDs held by the device or the host tier (what the resident filter publishes)."""
         with self.lock:
