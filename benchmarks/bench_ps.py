@@ -54,7 +54,10 @@ import numpy as np
 from benchmarks import common
 
 CONTENDERS = ("ps_direct", "resident")
+PINNED = ("ps_pinned", "resident_pinned")  # --pinned: 1 shard on its own core, trainers on another
 MB = 1e6  # MB/s figures are 10^6 bytes per second
+SHARD_ROWS_PER_CORE_S = 5e6  # issue 17's goal for PULL and for PUSH (Adagrad), rows per core-second
+OVERHEAD_B_PER_ROW = 24  # issue 17's goal: bytes per live row beyond the row and its optimizer state
 
 
 # ------------------------------------------------------------------------------------- config
@@ -69,6 +72,11 @@ class PSBenchConfig(common.Workload):
     check_versions: bool = False  # debug: every row checked against the PS's version (a PEEK)
     timeout_s: float = 120.0  # PS request timeout
     heartbeat_s: float = 1.0
+    pinned: bool = True  # also run PINNED (--no-pinned: not; --quick / --tiny: off unless --pinned)
+
+    @property
+    def contenders(self) -> tuple[str, ...]:
+        return CONTENDERS + PINNED if self.pinned else CONTENDERS
 
     @property
     def n_train(self) -> int:
@@ -98,6 +106,22 @@ def shard_processes(data_root: Path) -> list[int]:
         if "ps" in args and "serve" in args and any(a.startswith(root) for a in args):
             out.append(int(d.name))
     return out
+
+
+def pin_cores() -> tuple[int, int] | None:
+    """(trainer core, shard core) of the PINNED contenders: this process's first two CPUs, or None
+    when it may run on fewer than two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
+
+
+def pin_threads(pid: int, core: int) -> None:
+    """Every thread of process ``pid`` onto ``core``; threads it starts later inherit it."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {core})
+        except ProcessLookupError:  # a thread that just ended
+            pass
 
 
 # -------------------------------------------------------------------------------- the worker
@@ -157,7 +181,8 @@ def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 class PSContender:
     """EC + DLRM trained through one long-lived, gated Prefetcher; for ps_direct, owns the shards."""
 
-    def __init__(self, name: str, cfg: PSBenchConfig, raw: list[common.Batch], ps_dir: Path) -> None:
+    def __init__(self, name: str, cfg: PSBenchConfig, raw: list[common.Batch], ps_dir: Path,
+                 shard_core: int | None = None) -> None:
         import torch
 
         from cosparse.nn.embedding import EmbeddingCollection
@@ -170,10 +195,13 @@ class PSContender:
         self.probe: ClientProbe | None = None
         self.pf: Any = None
         tables = common.table_configs(cfg)
-        if name == "ps_direct":
+        if name in ("ps_direct", "ps_pinned"):
             from cosparse.ps import EmbeddedShards
 
             self.shards = EmbeddedShards(cfg.shards, tables=tables, data_dir=ps_dir)
+            if shard_core is not None:  # ps_pinned: its shard alone on the other core
+                for pid in self.shards.pids:
+                    pin_threads(pid, shard_core)
             self.client = self.shards.client(timeout_s=cfg.timeout_s, heartbeat_s=cfg.heartbeat_s)
             self.probe = ClientProbe(self.client)
             from cosparse.supply.placements import ps_tables
@@ -182,7 +210,7 @@ class PSContender:
             placements = ps_tables(tables, cpu, self.client, cfg.lookahead,
                                    check_versions=cfg.check_versions)
             self.ec = EmbeddingCollection(tables, cpu, placements, lookahead=cfg.lookahead)
-        elif name == "resident":
+        elif name in ("resident", "resident_pinned"):
             self.ec = EmbeddingCollection(tables, device="cpu")
         else:
             raise ValueError(f"unknown contender {name!r}")
@@ -202,6 +230,19 @@ class PSContender:
         return {"pulled": sum(int(getattr(t, "pulled_rows", 0)) for t in tabs),
                 "deferred": sum(int(getattr(t, "deferred_rows", 0)) for t in tabs)}
 
+    def _shard_ops(self) -> dict[str, dict[str, float]]:
+        """Per op, summed over the shards' STATS: the serving thread's CPU seconds (``cpu_s``) and
+        the requests and rows of the shards' request accounting (every namespace)."""
+        out: dict[str, dict[str, float]] = defaultdict(lambda: {"cpu_s": 0.0, "rows": 0, "requests": 0})
+        for st in self.client.stats():
+            for op, cpu in st.get("cpu_s_by_op", {}).items():
+                out[op]["cpu_s"] += cpu
+            for ns in st["namespaces"].values():
+                for op, c in ns["ops"].items():
+                    out[op]["rows"] += c["rows"]
+                    out[op]["requests"] += c["requests"]
+        return {k: dict(v) for k, v in out.items()}
+
     def train(self, start: int, n: int) -> dict[str, Any]:
         import torch.nn.functional as F
 
@@ -209,6 +250,7 @@ class PSContender:
             raise RuntimeError(f"{self.name}: asked to train from batch {start}, next is {self.trained}")
         # plan at most `lookahead` batches past this round, as in steady state
         self.gate.allow(start + n + self.cfg.lookahead - 1)
+        ops0 = self._shard_ops() if self.client is not None else {}  # (a STATS: before c0)
         c0 = self.probe.snapshot() if self.probe else {}
         r0 = self._rows()
         sh0 = sum(common.proc_cpu_s(p) for p in self.shard_pids)
@@ -242,17 +284,20 @@ class PSContender:
             losses.append(float(loss.detach()))
             uniques.append(sum(t.num_unique for t in p.tables.values()))
         wall = time.perf_counter() - t_first
+        shard_cpu = sum(common.proc_cpu_s(p) for p in self.shard_pids) - sh0
+        client = _delta(c0, self.probe.snapshot()) if self.probe else None
+        ops = _delta(ops0, self._shard_ops()) if self.client is not None else {}
         self.trained += n
         out: dict[str, Any] = {
             "step_s": times, "losses": losses, "round_wall_s": wall, "unique_rows": uniques,
             "step_parts_ms": {k: 1e3 * v / n for k, v in parts.items()},
             "wait_ms": self.pf.wait_ms - wait0,
             "stage_ms": {k: v - stage0.get(k, 0.0) for k, v in self.ec.stage_ms.items()},
-            "shard_cpu_s": sum(common.proc_cpu_s(p) for p in self.shard_pids) - sh0,
+            "shard_cpu_s": shard_cpu, "shard_ops": ops,
             "rows": _delta(r0, self._rows()),
         }
-        if self.probe:
-            out["client"] = _delta(c0, self.probe.snapshot())
+        if client is not None:
+            out["client"] = client
         return out
 
     def stats(self) -> dict[str, Any]:
@@ -261,8 +306,10 @@ class PSContender:
 
         info: dict[str, Any] = {"torch_threads": torch.get_num_threads(),
                                 "numba_threads": numba.get_num_threads(),
-                                "lookahead": self.cfg.lookahead}
+                                "lookahead": self.cfg.lookahead,
+                                "cores": sorted(os.sched_getaffinity(0))}
         if self.shards is not None:
+            info["shard_cores"] = [sorted(os.sched_getaffinity(p)) for p in self.shard_pids]
             info["shards"] = self.cfg.shards
             info["shard_pids"] = self.shard_pids
             info["shard_peak_rss_mb"] = [round(common.proc_hwm_mb(p)) for p in self.shard_pids]
@@ -296,6 +343,12 @@ def serve_ps(name: str, cfg: PSBenchConfig, data: Path, ps_dir: Path) -> None:
     shards), answer train / stats. The shards are stopped on every way out (``serve`` closes the
     contender on quit, at the end of stdin, on errors and on SIGTERM)."""
 
+    cores = pin_cores() if name in PINNED else None
+    if cores is not None:  # the trainer alone on one core, with one thread (before it starts any)
+        pin_threads(os.getpid(), cores[0])
+        cfg = dataclasses.replace(cfg, threads=1, shards=1 if name == "ps_pinned" else cfg.shards)
+        ps_dir = ps_dir / "pinned"
+
     def setup() -> tuple[PSContender, dict[str, Any]]:
         common.set_threads(cfg.threads)
         t0 = time.perf_counter()
@@ -303,7 +356,7 @@ def serve_ps(name: str, cfg: PSBenchConfig, data: Path, ps_dir: Path) -> None:
         raw = common.load_batches(data)
         checksum = common.data_checksum(raw)
         rss_data = common.rss_mb()
-        c = PSContender(name, cfg, raw, ps_dir)
+        c = PSContender(name, cfg, raw, ps_dir, cores[1] if cores and name == "ps_pinned" else None)
         return c, {"checksum": checksum, "setup_s": round(time.perf_counter() - t0, 2),
                    "rss_after_data_mb": round(rss_data), "shard_pids": c.shard_pids,
                    "engine": [fingerprint, common.engine_fingerprint()]}
@@ -332,6 +385,9 @@ def stop_leftovers(data_root: Path, wait_s: float = 10.0) -> list[int]:
 
 def run_bench(a: argparse.Namespace) -> dict[str, Any]:
     cfg = config_from_args(a)
+    if cfg.pinned and pin_cores() is None:
+        print("--pinned needs 2 CPUs (one for the trainer, one for the shard): skipped", flush=True)
+        cfg = dataclasses.replace(cfg, pinned=False)
     env = common.worker_env(cfg.threads)
     cfg_json = json.dumps(dataclasses.asdict(cfg))
     machine = common.machine_info()
@@ -352,7 +408,7 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         del raw
         print(f"data: {cfg.n_batches} batches, {ipb:,.0f} IDs/batch, "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
-        for n in CONTENDERS:
+        for n in cfg.contenders:
             workers[n] = common.Worker(n, "benchmarks.bench_ps",
                                        ["--worker", n, "--config-json", cfg_json, "--data", str(data),
                                         "--ps-dir", str(ps_dir)], env)
@@ -364,8 +420,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         if _sources_changed(machine):
             print(f"WARNING: the workers run different engine sources "
                   f"{machine['engine_sources_sha1']} (cosparse/ edited during start-up)", flush=True)
-        res: dict[str, dict[str, Any]] = {n: defaultdict(list) for n in CONTENDERS}
-        losses: dict[str, dict[int, float]] = {n: {} for n in CONTENDERS}
+        res: dict[str, dict[str, Any]] = {n: defaultdict(list) for n in cfg.contenders}
+        losses: dict[str, dict[int, float]] = {n: {} for n in cfg.contenders}
 
         def call(n: str, start: int, steps: int, timed: bool) -> None:
             r, busy = workers[n].call_busy(cmd="train", start=start, n=steps)
@@ -377,6 +433,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
             d["step_s"].extend(r["step_s"])
             d["round_wall_s"].append(r["round_wall_s"])
             d["shard_cores"].append(r["shard_cpu_s"] / r["wall_s"])
+            d["shard_cpu_s"].append(r["shard_cpu_s"])
+            d["shard_ops"].append(r["shard_ops"])
             d["worker_cores"].append(r["cpu_s"] / r["wall_s"])
             d["other_cpu"].append(common.other_cores(busy, r, r["shard_cpu_s"]))
             d["wait_ms"].append(r["wait_ms"] / steps)
@@ -387,16 +445,16 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
             if "client" in r:
                 d["client"].append(r["client"])
 
-        for n in CONTENDERS:  # warm-up: JIT in workers and shards, allocator, vocabulary growth
+        for n in cfg.contenders:  # warm-up: JIT in workers and shards, allocator, vocabulary growth
             call(n, 0, cfg.warmup, timed=False)
         for r in range(cfg.rounds):
-            for n in common.rotation(CONTENDERS, r):
+            for n in common.rotation(cfg.contenders, r):
                 call(n, cfg.round_start(r), cfg.steps, timed=True)
-            line = "  ".join(f"{n} {res[n]['sps'][-1]:,.0f}" for n in CONTENDERS)
+            line = "  ".join(f"{n} {res[n]['sps'][-1]:,.0f}" for n in cfg.contenders)
             print(f"round {r + 1}/{cfg.rounds} samples/s: {line}  (shards used "
                   f"{res['ps_direct']['shard_cores'][-1]:.2f} cores)", flush=True)
         stats = {n: w.call(cmd="stats") for n, w in workers.items()}
-        for n in CONTENDERS:  # start, ready (shards up), end
+        for n in cfg.contenders:  # start, ready (shards up), end
             machine["engine_sources_sha1"][n].append(stats[n]["engine"])
     finally:
         common.close_all(workers)
@@ -409,6 +467,101 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
 def _sources_changed(machine: dict[str, Any]) -> bool:
     """Whether any process of the run saw other engine sources than the others, at any point."""
     return len({h for hs in machine["engine_sources_sha1"].values() for h in hs}) > 1
+
+
+def shard_rows_per_core(d: dict[str, Any]) -> dict[str, Any]:
+    """Rows the shards served per second of their own CPU time, for PULL and for PUSH.
+
+    The shards' CPU time is utime + stime of their processes (every thread) over the timed rounds;
+    it is split between the ops in proportion to the CPU seconds the serving thread spent answering
+    each op (STATS ``cpu_s_by_op``), so the rest (the poll loop, ZeroMQ's I/O thread, heartbeats)
+    is shared out the same way. Rows are the IDs of the shards' request accounting."""
+    cpu = sum(d["shard_cpu_s"])
+    ops: dict[str, dict[str, float]] = {}
+    for o in d["shard_ops"]:
+        for op, v in o.items():
+            acc = ops.setdefault(op, {"cpu_s": 0.0, "rows": 0, "requests": 0})
+            for k in acc:
+                acc[k] += v.get(k, 0)
+    served = sum(v["cpu_s"] for v in ops.values())
+    out: dict[str, Any] = {}
+    for key, op in (("pull", "PULL"), ("push", "PUSH")):
+        o = ops.get(op, {"cpu_s": 0.0, "rows": 0, "requests": 0})
+        core_s = cpu * o["cpu_s"] / served if served > 0 else 0.0
+        out[key] = round(o["rows"] / core_s) if core_s > 0 and o["rows"] > 0 else None
+        out[f"{key}_serving_thread_only"] = (round(o["rows"] / o["cpu_s"])
+                                             if o["cpu_s"] > 0 and o["rows"] > 0 else None)
+        out[f"{key}_rows"] = int(o["rows"])
+        out[f"{key}_requests"] = int(o["requests"])
+        out[f"{key}_core_s"] = round(core_s, 4)
+    out["shard_cpu_s"] = round(cpu, 3)
+    out["serving_thread_cpu_s_by_op"] = {op: round(v["cpu_s"], 4) for op, v in sorted(ops.items())}
+    out["serving_fraction"] = round(served / cpu, 3) if cpu > 0 else None
+    out["target"] = SHARD_ROWS_PER_CORE_S
+    out["method"] = ("rows served (the shards' request accounting: IDs of PULL requests, PEEKs "
+                     "included, and of PUSH requests) / the shard CPU seconds attributed to that "
+                     "op, over the timed rounds: the shard processes' utime+stime (/proc, every "
+                     "thread) split between ops in proportion to the serving thread's CPU time "
+                     "answering each op (STATS cpu_s_by_op: decode, shard work, encode, send); "
+                     "*_serving_thread_only divides by that thread time alone")
+    return out
+
+
+def row_overhead(shard_stats: Any) -> dict[str, Any]:
+    """Bytes per live row the shards hold beyond the row and its optimizer state (their STATS,
+    ``ShardTable.overhead_bytes``), at the end of the run."""
+    if not isinstance(shard_stats, list):
+        return {"value": None, "error": f"no shard STATS: {shard_stats}"}
+    tabs = [t for st in shard_stats for t in st["tables"].values()]
+    rows = sum(t["rows"] for t in tabs)
+    over = sum(t["overhead_bytes"] for t in tabs)
+    slab = sum(t["slab_bytes"] for t in tabs)
+    live = sum(t["bytes"] for t in tabs)
+    value = round(over / rows, 1) if rows else None
+    return {"value": value, "target": OVERHEAD_B_PER_ROW,
+            "live_rows": rows, "overhead_bytes": over,
+            "row_and_state_bytes_per_row": round(live / rows, 1) if rows else None,
+            "slab_slack_bytes_per_row": round((slab - live) / rows, 1) if rows else None,
+            "definition": "sum over the shards' tables of ShardTable.overhead_bytes() (nbytes of "
+                          "the ID->slot map, per-slot metadata, free-slot stack and versions, all "
+                          "at their allocated capacity) / live rows; the slab's free slots are "
+                          "reported apart (slab_slack_bytes_per_row), not in value"}
+
+
+def pinned_ratio(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int, float]]
+                 ) -> dict[str, Any]:
+    """A over all-resident with A's one shard alone on one core and each trainer on another."""
+    if not cfg.pinned:
+        return {"skipped": "not run: the pinned pair runs in the full run unless --no-pinned, "
+                           "and with --quick / --tiny only with --pinned (it does not fit "
+                           "--quick's 60 s); it needs 2 CPUs"}
+    a, b = res["ps_pinned"]["sps"], res["resident_pinned"]["sps"]
+    both = sorted(set(losses["ps_pinned"]) & set(losses["resident_pinned"]))
+    return {
+        "ratio": round(common.median(a) / common.median(b), 3),
+        "ratio_paired": round(common.median(x / y for x, y in zip(a, b, strict=True)), 3),
+        "samples_per_s": {"ps_pinned": common.spread(a), "resident_pinned": common.spread(b)},
+        "shard_cpu_cores": round(common.median(res["ps_pinned"]["shard_cores"]), 2),
+        "losses_identical": bool(both) and all(losses["ps_pinned"][i] == losses["resident_pinned"][i]
+                                               for i in both),
+        "setup": "ps_pinned: 1 PS shard, every thread of it on the second CPU; its trainer "
+                 "(1 torch / numba thread, prefetch thread included) on the first; "
+                 "resident_pinned: all rows resident, on the first CPU, 1 thread",
+    }
+
+
+def targets(out: dict[str, Any]) -> dict[str, Any]:
+    """Issue 17's goals for this benchmark: value, target, and whether it is met."""
+    t: dict[str, Any] = {}
+    rp = out["shard_rows_per_core_s"]
+    for k in ("pull", "push"):
+        v = rp[k]
+        t[f"shard_rows_per_core_s.{k}>={SHARD_ROWS_PER_CORE_S:.0e}"] = {
+            "value": v, "target": SHARD_ROWS_PER_CORE_S, "pass": v is not None and v >= rp["target"]}
+    v = out["bytes_per_row_overhead"]["value"]
+    t[f"bytes_per_row_overhead<={OVERHEAD_B_PER_ROW}"] = {
+        "value": v, "target": OVERHEAD_B_PER_ROW, "pass": v is not None and v <= OVERHEAD_B_PER_ROW}
+    return t
 
 
 def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int, float]],
@@ -426,11 +579,13 @@ def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int
                                                        "requests", "wait_s")}
     by_wait: dict[str, float] = defaultdict(float)
     by_req: dict[str, int] = defaultdict(int)
-    for c in d["client"]:
+    for c in d["client"]:  # (the STATS of the shards' per-op figures are outside the rounds)
         for k, v in c["wait_s_by"].items():
-            by_wait[k] += v
+            if not k.startswith("STATS@"):
+                by_wait[k] += v
         for k, v in c["requests_by"].items():
-            by_req[k] += v
+            if not k.startswith("STATS@"):
+                by_req[k] += v
     pull_wait = sum(v for k, v in by_wait.items() if k.startswith("PULL@"))
     push_wait = sum(v for k, v in by_wait.items() if k.startswith("PUSH@"))
     wall = sum(d["round_wall_s"])
@@ -483,12 +638,16 @@ def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int
     left_now = [p for p in left if Path(f"/proc/{p}").exists()]
     out["shard_processes_left"] = len(left_now)
     out["shard_processes_killed_by_parent"] = len(left)
+    out["shard_rows_per_core_s"] = shard_rows_per_core(d)
+    out["bytes_per_row_overhead"] = row_overhead(stats["ps_direct"]["info"].get("shard_stats"))
+    out["a_over_resident_pinned"] = pinned_ratio(cfg, res, losses)
+    out["targets"] = targets(out)
     per: dict[str, Any] = {}
-    for n in CONTENDERS:
+    for n in cfg.contenders:
         r = res[n]
         part_keys = list(r["step_parts_ms"][0]) if r["step_parts_ms"] else []  # in step order
         per[n] = {
-            "samples_per_s": out["samples_per_s"][n],
+            "samples_per_s": common.spread(r["sps"]),
             **common.step_ms(r["step_s"]),
             "trainer_wait_ms_per_step": [round(x, 1) for x in r["wait_ms"]],
             "stage_ms_per_step": common.median_by_key(r["stage_ms"]),
@@ -500,7 +659,9 @@ def assemble(cfg: PSBenchConfig, res: dict[str, Any], losses: dict[str, dict[int
             "peak_rss_mb": stats[n]["peak_rss_mb"],
             "info": stats[n]["info"],
         }
-    per["ps_direct"]["shard_cpu_cores"] = out["shard_cpu_cores"]["rounds"]
+    for n in ("ps_direct", "ps_pinned"):
+        if n in per:
+            per[n]["shard_cpu_cores"] = [round(x, 2) for x in res[n]["shard_cores"]]
     out["contenders"] = per
     out["config"] = {**dataclasses.asdict(cfg), "ids_per_batch": round(ipb),
                      "order": "alternating rounds (start rotated each round); one worker process "
@@ -535,6 +696,21 @@ def print_report(out: dict[str, Any]) -> None:
     print(f"requests/step: {out['requests_per_step']}")
     print(f"PS wait ms/step: { {k: v for k, v in out['ps_wait_ms_per_step'].items() if k != 'note'} }")
     print(f"rows/step: {out['rows_per_step']}")
+    rp = out["shard_rows_per_core_s"]
+    print(f"shard rows per core-second: pull {rp['pull']}, push {rp['push']} (serving thread "
+          f"only: pull {rp['pull_serving_thread_only']}, push {rp['push_serving_thread_only']}; "
+          f"shard CPU {rp['shard_cpu_s']} s)")
+    o = out["bytes_per_row_overhead"]
+    print(f"shard bytes per row: overhead {o['value']} (+ slab slack {o.get('slab_slack_bytes_per_row')}), "
+          f"row and state {o.get('row_and_state_bytes_per_row')}")
+    pin = out["a_over_resident_pinned"]
+    if "ratio" in pin:
+        print(f"A / resident, 1 shard pinned to its own core: {pin['ratio']} (paired "
+              f"{pin['ratio_paired']}; losses identical {pin['losses_identical']})")
+    else:
+        print(f"A / resident pinned: {pin['skipped']}")
+    for k, t in out["targets"].items():
+        print(f"TARGET {k}: {t['value']} {'PASS' if t['pass'] else 'MISS'}")
     print(f"losses identical (A == all-resident): {out['losses_identical']}; "
           f"shard processes left: {out['shard_processes_left']}")
     if out["engine_sources_changed"]:
@@ -554,13 +730,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "extra PEEK per table and step; a stale row stops the run, naming it)")
     ap.add_argument("--shards", type=int, help="PS shard processes (default 2)")
     ap.add_argument("--lookahead", type=int, help="batches planned (pulled) ahead (default 1)")
+    ap.add_argument("--pinned", action=argparse.BooleanOptionalAction, default=None,
+                    help="also run A with 1 shard pinned to one core and its trainer to another, "
+                         "against all-resident on the trainer's core (a_over_resident_pinned; "
+                         "default: on in the full run, off with --quick / --tiny)")
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--ps-dir", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
 def config_from_args(a: argparse.Namespace) -> PSBenchConfig:
-    cfg = PSBenchConfig(seed=a.seed, threads=a.threads, check_versions=a.check_versions)
+    pinned = a.pinned if a.pinned is not None else not (a.quick or a.tiny)
+    cfg = PSBenchConfig(seed=a.seed, threads=a.threads, check_versions=a.check_versions,
+                        pinned=pinned)
     cfg = common.sized(cfg, a,
                        quick={"rows": 100_000, "batch": 1024, "warmup": 3, "steps": 4, "rounds": 3},
                        tiny={"tables": 2, "rows": 10_000, "batch": 128, "warmup": 2, "steps": 2, "rounds": 3},

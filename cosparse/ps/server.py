@@ -2,9 +2,11 @@
 
 ``cosparse ps serve --shard I --num-shards N --bind ADDR:PORT --data-dir DIR`` runs ``serve``.
 Requests are handled one at a time, in arrival order; the messages already waiting when a batch
-is drained are the queue depth reported by STATS. Any malformed or refused request gets an error
-reply (never a crash). The server binds 127.0.0.1 by default; a non-loopback bind needs
-authentication (an HMAC shared secret, ``--auth-key FILE``, or CURVE, ``--curve-secret FILE``).
+is drained are the queue depth reported by STATS, with the serving thread's CPU seconds per op
+(``cpu_s_by_op``: decode, the shard's work, encode and send of each request). Any malformed or
+refused request gets an error reply (never a crash). The server binds 127.0.0.1 by default; a
+non-loopback bind needs authentication (an HMAC shared secret, ``--auth-key FILE``, or CURVE,
+``--curve-secret FILE``).
 On start it restores the newest snapshot chain in ``--data-dir``; SNAPSHOT requests write there.
 
 Limits: a message over ``--max-message-bytes`` is refused (a single frame over it is cut by
@@ -117,7 +119,8 @@ class Server:
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.running = True
         self.stats = {"requests": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0,
-                      "queue_depth": 0, "max_queue_depth": 0, "busy_s": 0.0}
+                      "queue_depth": 0, "max_queue_depth": 0, "busy_s": 0.0,
+                      "cpu_s_by_op": {}}  # op name -> this thread's CPU seconds answering it
 
     def _setup_curve(self, secret_file: str) -> None:
         from zmq.auth import load_certificate
@@ -176,22 +179,27 @@ class Server:
 
     def _handle(self, frames: list) -> None:
         """Answer one message; whatever it holds, this never raises (the shard keeps serving)."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        op = P.OP_NONE
         try:
-            self._handle_one(frames)
+            op = self._handle_one(frames)
         except Exception as e:  # noqa: BLE001 - last resort: log it, keep serving
             self.stats["errors"] += 1
             print(f"cosparse ps: shard {self.shard.index}: could not answer a message: "
                   f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
         self.stats["busy_s"] += time.perf_counter() - t0
+        by_op = self.stats["cpu_s_by_op"]
+        name = P.OP_NAMES.get(op, "NONE")
+        by_op[name] = by_op.get(name, 0.0) + time.thread_time() - c0
 
-    def _handle_one(self, frames: list) -> None:
+    def _handle_one(self, frames: list) -> int:
+        """Answer one message; returns its op (``OP_NONE`` when it could not be read)."""
         self.stats["requests"] += 1
         nbytes = P.frames_nbytes(frames)
         self.stats["bytes_in"] += nbytes
         if len(frames) < 2:  # no identity + payload: nothing we can answer
             self.stats["errors"] += 1
-            return
+            return P.OP_NONE
         ident, body = frames[0].bytes, frames[1:]
         head = P.peek_header(body)
         op, rid = (head[0], head[2]) if head is not None else (P.OP_NONE, 0)
@@ -242,6 +250,7 @@ class Server:
         out = P.encode(reply, key, reply_session or b"")
         self.stats["bytes_out"] += P.frames_nbytes(out)
         self.sock.send_multipart([ident, *out], copy=False)
+        return op
 
     def _hello(self, req: P.Message, ident: bytes) -> tuple[P.Message, bytes | None]:
         """Open this connection's session: a fresh nonce, MACed under the client's nonce."""

@@ -227,7 +227,8 @@ class Shard:
         return {
             "shard": self.index, "num_shards": self.num_shards, "write_counter": self.write_counter,
             "tables": {n: {"rows": t.rows, "bytes": t.rows * t.width * 4, "dim": t.dim,
-                           "width": t.width, "namespace": t.namespace}
+                           "width": t.width, "namespace": t.namespace,
+                           "overhead_bytes": t.overhead_bytes(), "slab_bytes": t.slab_bytes()}
                        for n, t in self.tables.items()},
             "namespaces": self.book.stats(self.held()),
             "rows": self.rows,

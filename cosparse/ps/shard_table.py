@@ -5,6 +5,9 @@ its optimizer state, next to a per-row int64 version, bumped on every write. Unk
 initialised with ``cosparse.store.resident.initial_rows``, a pure function of (table seed, ID).
 Pushed gradients go through ``gather_rows`` and ``SparseOptimizer.update`` on the slab, exactly as
 the all-resident engine applies them, so results are bit-identical.
+
+``overhead_nbytes`` sums, from the live structures, the bytes it holds beyond the rows and their
+optimizer state (the ID->slot map, per-slot metadata, the free-slot stack, the versions).
 """
 
 from __future__ import annotations
@@ -43,6 +46,27 @@ class ShardTable:
     @property
     def rows(self) -> int:
         return self.tier.size
+
+    def overhead_nbytes(self) -> dict[str, int]:
+        """Bytes of every array it holds beside the slab, by structure: ``map.keys``, ``map.vals``
+        (the ID->slot map), ``tier.<name>`` (per-slot metadata and the free-slot stack), the
+        horizon counts (``future.*``) and ``versions``. Found from the objects themselves, so an
+        array added to them later is counted too."""
+        out: dict[str, int] = {}
+        for prefix, obj in (("tier", self.tier), ("map", self.tier.map), ("future", self.tier.future)):
+            for name, v in vars(obj).items():
+                if isinstance(v, np.ndarray) and v is not self.tier.slab_np:
+                    out[f"{prefix}.{name}"] = int(v.nbytes)
+        out["versions"] = int(self.versions.nbytes)
+        return out
+
+    def overhead_bytes(self) -> int:
+        """Bytes held beyond the slab of rows and optimizer state (``overhead_nbytes``, summed)."""
+        return sum(self.overhead_nbytes().values())
+
+    def slab_bytes(self) -> int:
+        """Bytes of the slab: every slot (live or free) of rows with their optimizer state."""
+        return int(self.tier.capacity) * self.width * 4
 
     def _fit_versions(self) -> None:
         cap = self.tier.capacity
