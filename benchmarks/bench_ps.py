@@ -29,6 +29,11 @@ says that cosparse/ was edited during the run, so its processes may have run dif
 Figures come from the client's own counters (``PSClient.counters``: every byte on the sockets,
 headers included). The worker wraps the client's request call (in its own process only) to split
 the waits and requests by operation and by thread (prefetch thread vs trainer thread).
+Issue 17's figures: ``shard_rows_per_core_s`` (rows served per second of the shards' own CPU
+time, utime + stime split between PULL and PUSH by the serving thread's CPU per op, STATS
+``cpu_s_by_op``), ``bytes_per_row_overhead`` (``ShardTable.overhead_bytes`` summed / live rows) and,
+in the full run or with ``--pinned``, ``a_over_resident_pinned`` (one shard on its own core, the
+trainer on the other; see benchmarks/README.md for the formulas).
 Every shard process is stopped at the end and on errors; the parent checks that no ``ps serve``
 process with this run's data directory remains (``shard_processes_left``).
 """

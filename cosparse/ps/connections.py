@@ -11,6 +11,7 @@ HMAC session per shard and the request counter (the sessions' replay counter).
 
 from __future__ import annotations
 
+import errno
 import time
 import weakref
 from collections.abc import Iterable
@@ -28,6 +29,15 @@ _DOWN_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 _UP_EVENT = zmq.EVENT_HANDSHAKE_SUCCEEDED
 # (a handshake that times out, e.g. to a stopped shard, is HANDSHAKE_FAILED_NO_DETAIL: not auth)
 _AUTH_FAIL_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+_HANDSHAKE_CUT = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+# A shard that refuses the mechanism closes the connection as soon as it reads the client's
+# greeting. When it reads that greeting in one piece (a loaded machine), it closes before it has
+# sent the rest of its own, and the client sees the connection cut mid-handshake (EPIPE or
+# ECONNRESET: no detail) instead of the mismatch; it then reconnects. A shard that dies cuts one
+# handshake and then refuses connections, so this many cuts in a row on one socket, with no
+# handshake succeeding between them, are a refusal too.
+_CUTS_REFUSED = 2
+_CUT_ERRNOS = (errno.EPIPE, errno.ECONNRESET)
 
 
 @dataclass
@@ -70,6 +80,7 @@ class ShardConnections:
         self.last_reply = [0.0] * n  # last time anything arrived from shard i
         self.refused = [False] * n  # since its last drop, shard i's endpoint refused a reconnect
         self.auth_failed = [False] * n
+        self.cuts = [[0, 0] for _ in range(n)]  # handshakes cut by shard i, per (data, hb) socket
         self.ctx = zmq.Context()
         self.socks: list[zmq.Socket] = []
         self.monitors: list[zmq.Socket] = []
@@ -102,7 +113,8 @@ class ShardConnections:
                 s.setsockopt(zmq.RECONNECT_IVL, 100)
                 if keys is not None:
                     s.curve_publickey, s.curve_secretkey, s.curve_serverkey = keys
-                mon = s.get_monitor_socket(_DOWN_EVENTS | _UP_EVENT | _AUTH_FAIL_EVENTS)
+                mon = s.get_monitor_socket(_DOWN_EVENTS | _UP_EVENT | _AUTH_FAIL_EVENTS
+                                           | _HANDSHAKE_CUT)
                 s.connect(ep)
                 socks.append(s)
                 mons.append(mon)
@@ -127,9 +139,14 @@ class ShardConnections:
                 if e & _UP_EVENT:
                     up[i] = True
                     self.auth_failed[i] = self.refused[i] = False
+                    self.cuts[i][hb] = 0
                     self.last_reply[i] = max(self.last_reply[i], now)
                 elif e & _AUTH_FAIL_EVENTS:
                     self.auth_failed[i] = True
+                elif e & _HANDSHAKE_CUT:
+                    if ev["value"] in _CUT_ERRNOS:
+                        self.cuts[i][hb] += 1
+                        self.auth_failed[i] |= self.cuts[i][hb] >= _CUTS_REFUSED
                 elif e & zmq.EVENT_CLOSED and lost[i] and not up[i]:
                     self.refused[i] = True  # a reconnect attempt failed: nothing listens there
                 elif e & _DOWN_EVENTS and up[i]:
