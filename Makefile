@@ -19,11 +19,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check cosparse tests benchmarks
 	$(BIN)/lint-imports
 
+# OpenMP (torch's and numba's pools) sleeps instead of spinning between parallel regions, unless
+# the caller set a policy: beside busy processes (a loaded CI machine) the DIN exactness test took
+# 26 s instead of 128 s (benchmarks/README.md, "CPU contention")
+OMP_POLICY := OMP_WAIT_POLICY=$(or $(OMP_WAIT_POLICY),PASSIVE)
+
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(OMP_POLICY) $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 test-fast: $(STAMP) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+	$(OMP_POLICY) $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_inmemory --quick

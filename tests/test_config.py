@@ -202,6 +202,7 @@ def _populated():
     cfg.model.dropout = 0.1  # (the regularisation keys: numeric, with non-zero values)
     cfg.model.dense_optimizer.weight_decay = 1e-4
     cfg.tables[0].optimizer.l2 = 1e-3
+    cfg.train.cpu.threads = 1  # (auto | N)
     assert cfg.store.device.rows == 1 and cfg.train.threads == 1
     return cfg
 

@@ -167,6 +167,8 @@ BOUNDS: dict[str, Bound] = {
     "train.epochs": AT_LEAST_1,
     "train.seed": SEED,
     "train.threads": Bound(1, 1024),
+    "train.cpu.threads": Bound(1, 1024),
+    "train.cpu.reserve_for_workers": Bound(0, 1024),
     "train.log_every": AT_LEAST_1,
     "train.eval_every": AT_LEAST_0,
     "train.stall_timeout_s": AT_LEAST_0,  # 0: wait without bound

@@ -80,11 +80,23 @@ class HealthConfig:
 
 
 @dataclass
+class CpuConfig:
+    """How the run divides the host's cores (``cosparse.train.cpu_budget``)."""
+
+    # the trainer's torch intra-op and numba threads; auto: the usable cores less the reserve
+    threads: int | Literal["auto"] = "auto"
+    # cores kept for the data workers and embedded PS shards; auto: one per worker and shard
+    # (the trainer keeps one at least). 0, the default, leaves every core to the trainer
+    reserve_for_workers: int | Literal["auto"] = 0
+
+
+@dataclass
 class TrainConfig:
     steps: int = 1000
     epochs: int = 1  # passes over a finite reader; `steps` caps the total
     seed: int = 0
-    threads: int | None = None
+    threads: int | None = None  # the same as cpu.threads (set one of them)
+    cpu: CpuConfig = field(default_factory=CpuConfig)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     log_every: int = 50
     eval_every: int = 0  # 0: evaluate at the end only
@@ -131,6 +143,10 @@ def validate_train(cfg: Config) -> None:
     if cfg.train.keep_best and not ck.dir:
         raise ConfigError("train.keep_best: needs train.checkpoint.dir (the best state is kept "
                           "as a checkpoint under it)")
+    cpu = cfg.train.cpu
+    if cfg.train.threads is not None and cpu.threads not in ("auto", cfg.train.threads):
+        raise ConfigError(f"train.threads ({cfg.train.threads}) and train.cpu.threads "
+                          f"({cpu.threads}) disagree: set one of them")
     _validate_trace(cfg)
     _validate_autotune(cfg)
 

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -55,6 +54,7 @@ from cosparse.train.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
+from cosparse.train.cpu_budget import apply_cpu, cpu_shares
 from cosparse.train.dense import make_dense_optimizer, pick_device, warm_up_vector_math
 from cosparse.train.early_stop import EarlyStopper
 from cosparse.train.evaluate import joined_batches, log_loss, roc_auc
@@ -104,9 +104,8 @@ class Trainer:
         if swept:
             self.log(f"swept {len(swept)} leftovers of runs that are gone: "
                      f"{', '.join(str(p) for p in swept[:5])}{' ...' if len(swept) > 5 else ''}")
-        if cfg.train.threads:
-            torch.set_num_threads(cfg.train.threads)
-            numba.set_num_threads(min(cfg.train.threads, numba.config.NUMBA_NUM_THREADS))
+        self.cpu = cpu_shares(cfg)
+        apply_cpu(self.cpu)
         warm_up_vector_math()
         torch.manual_seed(cfg.train.seed)
         many = launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1
