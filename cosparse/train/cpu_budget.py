@@ -5,7 +5,9 @@ The pools, and their share:
 - the trainer: torch's intra-op threads and numba's threads (forward, backward, optimizers,
   gathers), ``threads``;
 - the prefetch/planner thread: numba, 1 thread (``cosparse.train.prefetch`` sets it);
-- each data worker and each embedded PS shard: 1 thread, in a process of its own.
+- each data worker: 1 thread, in a process of its own (``cosparse.data.worker_loop`` sets it);
+- each embedded PS shard: a process of its own, counted in the reserve (its own torch thread count
+  is not set yet: it keeps torch's default).
 
 ``threads: auto`` gives the trainer the cores left after ``reserve_for_workers``; that one's
 ``auto`` reserves a core per data worker and embedded shard, but never every core: the trainer
@@ -13,9 +15,8 @@ keeps at least one. Oversubscribing the cores costs more than idling one: a para
 (an ``embedding_bag``, a backward op, an optimizer step) ends only when every one of its threads
 has been scheduled, so each region pays the scheduler's latency once threads outnumber free cores.
 
-Data workers run torch on one thread (``cosparse.data.worker_loop``). Written by hand:
-torchrun sets a thread count per process, but nothing divides one host's cores between a trainer
-and its helper processes.
+Written by hand: torchrun sets a thread count per process, but nothing divides one host's cores
+between a trainer and its helper processes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from cosparse.config import Config
 
+
 @dataclass(frozen=True)
 class CpuShares:
     """How the run's cores are divided (plain data: ``plan_cpu`` decides, ``apply_cpu`` applies)."""
@@ -34,7 +36,7 @@ class CpuShares:
     cores: int  # the cores this process may run on
     reserved: int  # cores left to the data workers and embedded shards
     trainer_threads: int  # torch intra-op and numba threads of the trainer
-    child_threads: int  # threads of each data worker and embedded shard
+    child_threads: int  # threads of each data worker
     helpers: int  # data workers + embedded shards
 
     def describe(self) -> str:
