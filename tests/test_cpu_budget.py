@@ -72,7 +72,8 @@ def test_the_trainer_applies_its_budget():
             t = Trainer(config_from_mapping(raw), log=lambda m: None)
             try:
                 assert t.cpu.trainer_threads == want and torch.get_num_threads() == want
-                t.run()
+                final = t.run()
+                assert final["cpu"]["trainer_threads"] == want  # the run summary says it
             finally:
                 t.close()
     finally:

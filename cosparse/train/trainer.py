@@ -549,6 +549,7 @@ class Trainer:
         final["last_interval"] = {k: v for k, v in last.items() if k != "kind"} or None
         final.update(self._end_of_run_scores() if evaluate else {})
         final["step"] = self.state.step
+        final["cpu"] = dataclasses.asdict(self.cpu)  # the thread budget the run trained under
         if self.ranks:
             final["world_size"] = self.ranks.world.size
         self.sink.write({**final, "kind": "final"})
