@@ -71,3 +71,27 @@ def test_device_cuda_refusals() -> None:
         proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_tiers", "--tiny", "--device", "cuda"],
                               cwd=REPO, capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0 and "sees no CUDA device" in proc.stderr
+
+
+def test_bench_contention_tiny(tmp_path: Path) -> None:
+    """bench_contention --tiny: the resident workload alone and beside one busy loop, whose
+    process is gone afterwards."""
+    out = tmp_path / "contention.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_contention", "--tiny", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    w = res["workloads"]["resident"]
+    assert w["u_cores"] > 0 and w["alone_samples_per_s"] > 0 and w["waits_per_step"] >= 0
+    k1 = w["per_k"]["1"]
+    assert k1["slowdown"] > 0 and k1["predicted"] >= 1
+    assert abs(k1["slowdown_over_fair_share"] - k1["slowdown"] / k1["predicted"]) < 0.01
+    assert res["worst_slowdown_over_fair_share"] == k1["slowdown_over_fair_share"]
+    assert [c["k"] for c in res["calls"]["resident"]] == [0, 1]
+    assert all(c["sync"] is not None and c["cpu"]["wait_policy"] == "PASSIVE"
+               for c in res["calls"]["resident"])
+    assert len(res["busy_loop_pids"]) == 1
+    for pid in res["busy_loop_pids"]:  # stopped and reaped
+        assert not Path(f"/proc/{pid}").exists(), f"busy loop {pid} outlived the benchmark"

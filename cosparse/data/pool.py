@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from cosparse import waits
 from cosparse.batch import SparseBatch
 from cosparse.data.codec import BatchCodec, PlainCodec
 from cosparse.data.processes import check_preload, shutdown, worker_context
@@ -190,12 +191,18 @@ class BatchStream:
 
     def _get(self, w: int) -> tuple[Any, ...]:
         q, p = self._out[w], self._procs[w]
+        t0 = time.perf_counter()
+        blocking = False  # first look without waiting: a batch found ready is not a wait
         while True:
             try:
-                return q.get(timeout=_POLL_S)
+                msg = q.get(block=blocking, timeout=_POLL_S if blocking else None)
+                if blocking:
+                    waits.record("data_worker", time.perf_counter() - t0)
+                return msg
             except queue.Empty:
                 if self._closed:  # closed from another thread while we waited
                     raise StopIteration from None
+                blocking = True
             except (EOFError, OSError, ValueError):  # the worker is gone (or we were closed)
                 if self._closed:
                     raise StopIteration from None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
+from cosparse import waits
 from cosparse.link import LinkShaper
 from cosparse.ps import protocol as P
 from cosparse.ps.connections import Pending, ShardConnections
@@ -95,6 +96,7 @@ class Call:
                 self.link.transfer(self.counters.moved - moved0, 2, sent_at)
         finally:
             self.counters.wait_s += time.monotonic() - t_start
+            waits.record("ps_request", time.monotonic() - t_start)
         return self.out  # type: ignore[return-value]
 
     def _timed_out(self) -> PSUnavailable:

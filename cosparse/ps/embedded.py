@@ -59,6 +59,9 @@ class EmbeddedShards:
     authentication; ``client()`` then authenticates the same way. ``max_rows``: each shard's row
     budget (``ps serve --max-rows``). ``tables`` are registered in ``namespace``, with ``quota``
     (``{rows, bytes}`` per shard), and ``client()`` works in that namespace.
+    ``threads``: each shard's numba and OpenMP threads (the run's CPU budget counts a core per
+    embedded shard; each row's update runs on one thread whatever the count, so results do not
+    depend on it).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class EmbeddedShards:
         max_rows: int | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         quota: dict | None = None,
+        threads: int = 1,
     ) -> None:
         if num_shards < 1:
             raise ValueError("num_shards must be >= 1")
@@ -85,6 +89,7 @@ class EmbeddedShards:
         self.restore = restore  # per shard: the snapshot to start from (a trainer checkpoint's)
         self.max_rows = max_rows  # each shard's row budget (ps serve --max-rows; None: its default)
         self.namespace, self.quota = namespace, quota  # of ``tables`` and of ``client()``
+        self.env = {**os.environ, "NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
         self.procs: list[subprocess.Popen] = []
         self.endpoints: list[str] = []
         self._closed = False
@@ -121,7 +126,7 @@ class EmbeddedShards:
             log = open(d / "server.log", "ab")  # noqa: SIM115 - closed after Popen took it
             try:
                 self.procs.append(subprocess.Popen(cmd + extra, stdin=subprocess.DEVNULL, stdout=log,
-                                                   stderr=log, preexec_fn=pdeathsig()))
+                                                   stderr=log, preexec_fn=pdeathsig(), env=self.env))
             finally:
                 log.close()
             ready.append(rf)

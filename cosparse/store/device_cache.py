@@ -11,7 +11,6 @@ written through).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -22,6 +21,7 @@ from cosparse.store import kernels
 from cosparse.store.resident import SlabRows
 from cosparse.store.tier import Tier
 from cosparse.store.types import BatchPlan, CapacityError, FillTarget, RowSource, TableCounters
+from cosparse.waits import CountedLock
 
 
 class DeviceCache(SlabRows):
@@ -37,7 +37,7 @@ class DeviceCache(SlabRows):
         self._init_layout(cfg, device)
         self.dev = Tier("device", rows, self.width, device, policy, decay)
         self.counters = TableCounters()
-        self.lock = threading.RLock()
+        self.lock = CountedLock("lock.table")  # planner thread vs trainer
         self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned
         self._unwant_in_plan = False
 

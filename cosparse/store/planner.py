@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from cosparse import waits
 from cosparse.stall import Progress
 from cosparse.store.types import BatchPlan, DeliveredRowSource, TablePlacement
 
@@ -78,21 +79,30 @@ class CachePlanner:
     def _wait_done(self, n: int, blocking: bool) -> None:
         t0 = time.monotonic()
         with self._cond:
-            while self._done < n:
-                if not blocking:
-                    raise RuntimeError(
-                        "planning a training batch before the previous one applied its gradients "
-                        "(call apply_gradients() after backward)"
-                    )
-                if self._cancelled:
-                    raise PlannerCancelled()
-                self._cond.wait(timeout=0.1)
-                if self._trainer is not None and self._done < n:
-                    self._trainer.check(
-                        "the cache planner (prefetch thread)",
-                        f"batch {n - 1} to train, to release its pinned rows",
-                        t0, self._stall_timeout_s,
-                    )
+            if self._done >= n:
+                return
+            try:
+                self._wait_locked(n, blocking, t0)
+            finally:
+                waits.record("planner<-trainer", time.monotonic() - t0)
+
+    def _wait_locked(self, n: int, blocking: bool, t0: float) -> None:
+        """Wait (holding ``_cond``) until the trainer has finished ``n`` batches."""
+        while self._done < n:
+            if not blocking:
+                raise RuntimeError(
+                    "planning a training batch before the previous one applied its gradients "
+                    "(call apply_gradients() after backward)"
+                )
+            if self._cancelled:
+                raise PlannerCancelled()
+            self._cond.wait(timeout=0.1)
+            if self._trainer is not None and self._done < n:
+                self._trainer.check(
+                    "the cache planner (prefetch thread)",
+                    f"batch {n - 1} to train, to release its pinned rows",
+                    t0, self._stall_timeout_s,
+                )
 
     def _release_through(self, n: int) -> None:
         while self._released < n:

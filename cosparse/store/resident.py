@@ -4,8 +4,6 @@ side), with a dynamic vocabulary. This is the reference placement that tiered st
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 
@@ -15,6 +13,7 @@ from cosparse.store import kernels
 from cosparse.store.dedup import map_ids
 from cosparse.store.hashmap import IdMap
 from cosparse.store.types import BatchPlan, DeliveredRowSource, RowSource, TableCounters
+from cosparse.waits import CountedLock
 
 _INIT_KIND = {"uniform": 0, "normal": 1}
 
@@ -63,7 +62,7 @@ class SlabRows:
         self._w_buf = torch.empty(0, self.dim, device=device)
         self._s_buf = torch.empty(0, self.width - self.dim, device=device)
         # the trainer reads and updates rows while the planner thread may reallocate the slab
-        self._slab_lock = threading.Lock()
+        self._slab_lock = CountedLock("lock.slab")
 
     @property
     def slab_array(self) -> np.ndarray | None:
@@ -157,7 +156,7 @@ class ResidentTable(SlabRows):
         self._init_layout(cfg, device)
         self.max_bytes = max_bytes
         self.ids = IdMap(expected=cfg.num_embeddings or 65536)
-        self._ids_lock = threading.Lock()
+        self._ids_lock = CountedLock("lock.ids")
         rows = cfg.num_embeddings or 65536
         if max_bytes is not None:
             rows = max(1, min(rows, max_bytes // self.row_bytes))

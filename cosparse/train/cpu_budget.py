@@ -6,8 +6,10 @@ The pools, and their share:
   gathers), ``threads``;
 - the prefetch/planner thread: numba, 1 thread (``cosparse.train.prefetch`` sets it);
 - each data worker: 1 thread, in a process of its own (``cosparse.data.worker_loop`` sets it);
-- each embedded PS shard: a process of its own, counted in the reserve (its own torch thread count
-  is not set yet: it keeps torch's default).
+- each embedded PS shard: 1 thread (numba and OpenMP), in a process of its own
+  (``cosparse.ps.embedded`` sets it through the shard's environment).
+
+Every process of the run waits passively in its OpenMP pools (``cosparse.omp_wait``).
 
 ``threads: auto`` gives the trainer the cores left after ``reserve_for_workers``; that one's
 ``auto`` reserves a core per data worker and embedded shard, but never every core: the trainer

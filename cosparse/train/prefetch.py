@@ -23,6 +23,7 @@ from typing import Any
 
 import numba
 
+from cosparse import waits
 from cosparse.stall import Progress
 
 _DONE = object()
@@ -91,10 +92,16 @@ class Prefetcher:
 
     def _get(self) -> Any:
         """The next item, waiting while the thread makes progress."""
+        try:  # found ready: a hand-off that did not wait
+            return self._queue.get_nowait()
+        except queue.Empty:
+            pass
         t0 = time.monotonic()
         while True:
             try:
-                return self._queue.get(timeout=0.25)
+                item = self._queue.get(timeout=0.25)
+                waits.record("trainer<-prefetch", time.monotonic() - t0)
+                return item
             except queue.Empty:
                 assert self._thread is not None
                 if not self._thread.is_alive() and self._queue.empty():

@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from cosparse import omp_wait, waits
 from cosparse.config import Config, ConfigError
 from cosparse.data import BatchStream
 from cosparse.data.pool import WorkerExited
@@ -477,6 +478,7 @@ class Trainer:
         summary = RunSummary(max(0, cfg.train.timing_warmup_steps - self._trained_here))
         self.interval_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
         run_counters = IntervalCounters(self.ec, self.path, self.wire_bytes)
+        waits0, step0 = waits.snapshot(), self.state.step
         if self.ranks:
             self._comm_seen["run"] = self._comm_now()
         follower = self.ranks is not None and not self.ranks.world.leader  # rank 0's bar only
@@ -549,7 +551,10 @@ class Trainer:
         final["last_interval"] = {k: v for k, v in last.items() if k != "kind"} or None
         final.update(self._end_of_run_scores() if evaluate else {})
         final["step"] = self.state.step
-        final["cpu"] = dataclasses.asdict(self.cpu)  # the thread budget the run trained under
+        final["cpu"] = {**dataclasses.asdict(self.cpu),  # the thread budget the run trained under
+                        **omp_wait.state()}
+        # the hand-offs between its threads and processes that had to block, per step
+        final["sync"] = waits.snapshot().since(waits0).per_step(self.state.step - step0)
         if self.ranks:
             final["world_size"] = self.ranks.world.size
         self.sink.write({**final, "kind": "final"})

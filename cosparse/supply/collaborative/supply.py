@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from cosparse import waits
 from cosparse.ps.protocol import shard_of
 from cosparse.spans import SPANS
 from cosparse.supply.collaborative.resident_filter import FilterBoard, FilterLayout
@@ -165,8 +166,11 @@ class CollaborativeSupply:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._requested is None and not self._stop:
-                    self._cond.wait()
+                if self._requested is None and not self._stop:
+                    t0 = time.perf_counter()
+                    while self._requested is None and not self._stop:
+                        self._cond.wait()
+                    waits.record("publisher<-trainer", time.perf_counter() - t0)
                 if self._stop:
                     return
                 step = self._requested

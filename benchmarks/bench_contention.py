@@ -1,0 +1,262 @@
+"""CPU contention: each workload alone, then beside k = 1, 2, 4 busy-loop processes (issue 18).
+
+Workloads, each a whole ``Trainer`` in a worker process of its own (``--worker NAME``), built once
+and trained ``steps`` more steps per timed call, with its thread budget left at ``auto``:
+- ``resident``, ``tiered``, ``arch_b``: the foundation workload (``bench_ab``'s config at its quick
+  size: 8 tables x 100k rows x 64, batch 1024, 2 data workers); all rows resident; a 10% device
+  tier over an unbounded host tier, 2 batches ahead; architecture B's preset over 2 embedded PS
+  shards;
+- ``din``: DIN on the Taobao sample with a device tier (the exactness test's workload,
+  ``tests/test_din.py``), from ``../shared/data``.
+
+Per round and per k (0 first, then 1, 2, 4): the benchmark starts k ``while True: pass`` processes,
+runs every workload once (its order rotated), and stops them. The figures, per workload and k:
+
+- ``u``: the cores the workload keeps busy alone: CPU seconds of its whole process tree (trainer,
+  data workers, embedded shards) over its wall seconds, at k = 0;
+- ``predicted``: the slowdown that the CPU share it loses predicts, ``max(1, (u + k) / N)`` on
+  ``N`` cores: k busy loops and the workload's ``u`` cores of demand share the ``N`` cores fairly;
+- ``slowdown``: wall seconds beside k loops over wall seconds alone (the same round's);
+- ``slowdown_over_fair_share`` = slowdown / predicted, the median over rounds. Goal: <= 1.5.
+
+``--wait-policies`` also runs every workload alone with ``OMP_WAIT_POLICY=ACTIVE`` (a worker of
+its own: libgomp reads it at start) and reports ``passive_idle_cost``: passive's wall seconds over
+active's, minus 1, at k = 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.common import (
+    REPO,
+    SHARED_DATA,
+    Worker,
+    machine_info,
+    serve,
+    tree_cpu_s,
+    write_json,
+)
+
+WORKLOADS = ("resident", "tiered", "arch_b", "din")
+KS = (0, 1, 2, 4)
+GOAL = 1.5
+TAOBAO = SHARED_DATA / "taobao-userbehavior" / "UserBehavior_head84k.csv"
+
+
+# ------------------------------------------------------------------------------ the workloads
+def foundation(name: str, batches: int, tiny: bool) -> dict[str, Any]:
+    """``bench_ab``'s quick (or tiny) foundation config, as ``name`` places its rows."""
+    from benchmarks.bench_ab import workload
+    from cosparse.config import switch_preset
+
+    raw, _, _ = workload(quick=True, tiny=tiny)
+    raw["train"].pop("threads", None)  # the budget's auto
+    raw["data"]["synthetic"]["num_batches"] = batches
+    vocab = raw["data"]["synthetic"]["vocab_size"]
+    if name == "arch_b":
+        return switch_preset(raw, "arch-b")
+    raw.pop("store")
+    if name == "tiered":
+        raw["store"] = {"device": {"rows": vocab // 10, "policy": "hotness"},
+                        "host": {"policy": "lfu"}}
+    raw["supply"] = {"path": "resident", "lookahead": 2}
+    return raw
+
+
+def din() -> dict[str, Any]:
+    """DIN on the Taobao sample (configs/taobao_din.yaml: batch 256, 50 events of history), every
+    table's device tier at 16,384 rows over an unbounded host tier."""
+    from cosparse.config import read_config_mapping
+
+    raw = read_config_mapping(REPO / "configs" / "taobao_din.yaml")
+    raw["data"]["path"] = str(TAOBAO)
+    raw["train"].pop("threads", None)
+    raw["store"] = {"device": {"rows": 16384, "policy": "hotness"}, "host": {"policy": "lfu"}}
+    raw["supply"] = {"path": "resident", "lookahead": 2}
+    return raw
+
+
+class Job:
+    """One workload's trainer, trained on demand."""
+
+    def __init__(self, name: str, batches: int, tiny: bool = False) -> None:
+        from cosparse.config import config_from_mapping
+        from cosparse.train.trainer import Trainer
+
+        raw = din() if name == "din" else foundation(name, batches, tiny)
+        raw["train"].update(steps=10**9, epochs=10**6, log_every=10**9, progress=False, eval_every=0,
+                            tensorboard_dir=None, metrics_json=None, timing_warmup_steps=0)
+        raw["train"]["checkpoint"] = {"every": 0}
+        self.trainer = Trainer(config_from_mapping(raw), log=lambda m: None)
+        self.batch = raw["data"]["batch_size"]
+
+    def run(self, steps: int) -> dict[str, Any]:
+        t = self.trainer
+        c0, s0 = tree_cpu_s(os.getpid()), t.state.step
+        final = t.run(steps=s0 + steps, evaluate=False)
+        done = t.state.step - s0
+        return {"steps": done, "samples": done * self.batch, "tree_cpu_s": tree_cpu_s(os.getpid()) - c0,
+                "sync": final.get("sync"), "cpu": final.get("cpu")}
+
+    def close(self) -> None:
+        self.trainer.close()
+
+
+def worker_main(name: str, batches: int, warmup: int, tiny: bool) -> None:
+    def setup() -> tuple[Job, dict[str, Any]]:
+        job = Job(name, batches, tiny)
+        job.run(warmup)
+        return job, {"name": name}
+
+    serve(setup, {"run": lambda job, cmd: job.run(cmd["steps"])})
+
+
+# ------------------------------------------------------------------------------ the busy loops
+class BusyLoops:
+    """k processes that spin on a core each until stopped."""
+
+    def __init__(self, k: int) -> None:
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                       stdin=subprocess.DEVNULL) for _ in range(k)]
+        time.sleep(0.2 if k else 0.0)  # (let the scheduler see them)
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+
+    def __enter__(self) -> BusyLoops:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------------------ the parent
+def figures(calls: list[dict[str, Any]], cores: int, ks: tuple[int, ...]) -> dict[str, Any]:
+    """Per k: the median slowdown, prediction and their ratio over the rounds (each round's k
+    against the same round's k = 0)."""
+    out: dict[str, Any] = {}
+    by_round: dict[int, dict[int, dict[str, Any]]] = {}
+    for c in calls:
+        by_round.setdefault(c["round"], {})[c["k"]] = c
+    alone = [r[0] for r in by_round.values() if 0 in r]
+    u = statistics.median(c["tree_cpu_s"] / c["wall_s"] for c in alone)
+    out["u_cores"] = round(u, 3)
+    out["alone_wall_s"] = round(statistics.median(c["wall_s"] for c in alone), 3)
+    out["alone_samples_per_s"] = round(statistics.median(c["samples"] / c["wall_s"] for c in alone))
+    out["waits_per_step"] = statistics.median(c["sync"]["waits_per_step"] for c in alone)
+    per_k = {}
+    for k in ks[1:]:
+        pairs = [(r[k], r[0]) for r in by_round.values() if k in r and 0 in r]
+        if not pairs:
+            continue
+        predicted = max(1.0, (u + k) / cores)
+        slow = [c["wall_s"] / a["wall_s"] for c, a in pairs]
+        per_k[str(k)] = {"slowdown": round(statistics.median(slow), 3),
+                         "predicted": round(predicted, 3),
+                         "slowdown_over_fair_share": round(statistics.median(slow) / predicted, 3)}
+    out["per_k"] = per_k
+    return out
+
+
+def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
+    cores = len(os.sched_getaffinity(0))
+    names = [n for n in WORKLOADS if n in a.workloads.split(",")]
+    if "din" in names and not TAOBAO.exists():
+        print(f"din: skipped, {TAOBAO} is not present", flush=True)
+        names.remove("din")
+    env = {**os.environ}
+    env.pop("OMP_WAIT_POLICY", None)  # cosparse's own default (passive)
+    args = ["--batches", str(a.batches), "--warmup", str(a.warmup), *(["--tiny"] if a.tiny else [])]
+    workers = {n: Worker(n, "benchmarks.bench_contention", ["--worker", n, *args], env)
+               for n in names}
+    if a.wait_policies:
+        active = {**env, "OMP_WAIT_POLICY": "ACTIVE"}
+        workers.update({f"{n}@active": Worker(f"{n}@active", "benchmarks.bench_contention",
+                                              ["--worker", n, *args], active) for n in names})
+    calls: dict[str, list[dict[str, Any]]] = {n: [] for n in workers}
+    loop_pids: list[int] = []
+    t0 = time.perf_counter()
+    try:
+        for n, w in workers.items():  # one at a time: a setup's compile must not slow another's
+            w.ready = w.recv()
+            print(f"  {n}: ready", flush=True)
+        for r in range(a.rounds):
+            for k in ks:
+                with BusyLoops(k) as loops:
+                    loop_pids += [p.pid for p in loops.procs]
+                    order = names[r % len(names):] + names[:r % len(names)]
+                    if k == 0 and a.wait_policies:
+                        order = [m for n in order for m in (n, f"{n}@active")]
+                    for n in order:
+                        res = workers[n].call(cmd="run", steps=a.steps)
+                        res.update(round=r, k=k)
+                        calls[n].append(res)
+                        print(f"  round {r} k={k} {n}: {res['wall_s']:.2f} s, "
+                              f"{res['tree_cpu_s'] / res['wall_s']:.2f} cores, "
+                              f"{res['sync']['waits_per_step']:.2f} waits/step", flush=True)
+    finally:
+        for w in workers.values():
+            w.close()
+    out: dict[str, Any] = {"workloads": {n: figures(calls[n], cores, ks) for n in names}}
+    if a.wait_policies:
+        out["passive_idle_cost"] = {
+            n: round(statistics.median(c["wall_s"] for c in calls[n] if c["k"] == 0)
+                     / statistics.median(c["wall_s"] for c in calls[f"{n}@active"]) - 1, 3)
+            for n in names}
+    worst = max(f["slowdown_over_fair_share"] for w in out["workloads"].values()
+                for f in w["per_k"].values())
+    out["worst_slowdown_over_fair_share"] = worst
+    out["targets"] = {f"slowdown_over_fair_share<={GOAL}": worst <= GOAL}
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    out["calls"] = calls
+    out["busy_loop_pids"] = loop_pids
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="one round, fewer steps (<= 3 min)")
+    p.add_argument("--tiny", action="store_true",
+                   help="the smoke test's: resident only, k = 0 and 1, 3 steps")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help="timed steps per call")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps at setup")
+    p.add_argument("--batches", type=int, default=400, help="synthetic batches per epoch")
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--wait-policies", action="store_true",
+                   help="also run each workload alone with OMP_WAIT_POLICY=ACTIVE")
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.tiny:
+        a.quick, a.workloads, a.steps, a.warmup, a.batches = True, "resident", 3, 1, 20
+    a.rounds = a.rounds or (1 if a.quick else 3)
+    a.steps = a.steps or (12 if a.quick else 30)
+    a.warmup = a.warmup if a.warmup is not None else (6 if a.quick else 12)
+    if a.worker:
+        worker_main(a.worker, a.batches, a.warmup, a.tiny)
+        return 0
+    ks = KS[:2] if a.tiny else KS
+    out = {"benchmark": "bench_contention",
+           "mode": "tiny" if a.tiny else "quick" if a.quick else "full",
+           "machine": machine_info(), "rounds": a.rounds, "steps": a.steps, "ks": list(ks),
+           **run(a, ks)}
+    print(json.dumps({k: v for k, v in out.items() if k != "calls"}, indent=1))
+    if a.json:
+        write_json(a.json, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
