@@ -19,6 +19,10 @@ runs every workload once (its order rotated), and stops them. The figures, per w
 - ``slowdown``: wall seconds beside k loops over wall seconds alone (the same round's);
 - ``slowdown_over_fair_share`` = slowdown / predicted, the median over rounds. Goal: <= 1.5.
 
+Each call also records ``other_cores``: the cores that processes other than the workload and the
+loops kept busy meanwhile (the machine's busy CPU from ``/proc/stat``, less both). The figures
+hold for a host otherwise idle; ``alone_other_cores`` well above 0 flags a run that was not.
+
 ``--wait-policies`` also runs every workload alone with ``OMP_WAIT_POLICY=ACTIVE`` (a worker of
 its own: libgomp reads it at start) and reports ``passive_idle_cost``: passive's wall seconds over
 active's, minus 1, at k = 0.
@@ -40,6 +44,7 @@ from benchmarks.common import (
     SHARED_DATA,
     Worker,
     machine_info,
+    proc_cpu_s,
     serve,
     tree_cpu_s,
     write_json,
@@ -155,6 +160,8 @@ def figures(calls: list[dict[str, Any]], cores: int, ks: tuple[int, ...]) -> dic
     out["alone_wall_s"] = round(statistics.median(c["wall_s"] for c in alone), 3)
     out["alone_samples_per_s"] = round(statistics.median(c["samples"] / c["wall_s"] for c in alone))
     out["waits_per_step"] = statistics.median(c["sync"]["waits_per_step"] for c in alone)
+    # a noise flag: cores that other processes kept busy while the workload ran alone
+    out["alone_other_cores"] = statistics.median(c["other_cores"] for c in alone)
     per_k = {}
     for k in ks[1:]:
         pairs = [(r[k], r[0]) for r in by_round.values() if k in r and 0 in r]
@@ -188,7 +195,7 @@ def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
     loop_pids: list[int] = []
     t0 = time.perf_counter()
     try:
-        for n, w in workers.items():  # one at a time: a setup's compile must not slow another's
+        for n, w in workers.items():  # (they set up concurrently, untimed)
             w.ready = w.recv()
             print(f"  {n}: ready", flush=True)
         for r in range(a.rounds):
@@ -199,12 +206,17 @@ def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
                     if k == 0 and a.wait_policies:
                         order = [m for n in order for m in (n, f"{n}@active")]
                     for n in order:
-                        res = workers[n].call(cmd="run", steps=a.steps)
-                        res.update(round=r, k=k)
+                        l0 = sum(proc_cpu_s(p.pid) for p in loops.procs)
+                        res, busy = workers[n].call_busy(cmd="run", steps=a.steps)
+                        spun = sum(proc_cpu_s(p.pid) for p in loops.procs) - l0
+                        # cores that processes other than the workload and the loops kept busy
+                        other = max(0.0, busy - res["tree_cpu_s"] - spun) / res["wall_s"]
+                        res.update(round=r, k=k, other_cores=round(other, 3))
                         calls[n].append(res)
                         print(f"  round {r} k={k} {n}: {res['wall_s']:.2f} s, "
                               f"{res['tree_cpu_s'] / res['wall_s']:.2f} cores, "
-                              f"{res['sync']['waits_per_step']:.2f} waits/step", flush=True)
+                              f"{res['sync']['waits_per_step']:.2f} waits/step, "
+                              f"other processes {other:.2f} cores", flush=True)
     finally:
         for w in workers.values():
             w.close()
@@ -232,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--steps", type=int, default=None, help="timed steps per call")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps at setup")
-    p.add_argument("--batches", type=int, default=400, help="synthetic batches per epoch")
+    p.add_argument("--batches", type=int, default=5000, help="synthetic batches per epoch")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--wait-policies", action="store_true",
                    help="also run each workload alone with OMP_WAIT_POLICY=ACTIVE")
@@ -242,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.tiny:
         a.quick, a.workloads, a.steps, a.warmup, a.batches = True, "resident", 3, 1, 20
     a.rounds = a.rounds or (1 if a.quick else 3)
-    a.steps = a.steps or (12 if a.quick else 30)
+    a.steps = a.steps or (30 if a.quick else 60)
     a.warmup = a.warmup if a.warmup is not None else (6 if a.quick else 12)
     if a.worker:
         worker_main(a.worker, a.batches, a.warmup, a.tiny)
