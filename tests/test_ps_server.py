@@ -301,3 +301,28 @@ def test_a_table_config_from_before_l2_loads_with_l2_0_and_a_negative_l2_is_refu
     bad["optimizer"]["l2"] = -0.1
     with pytest.raises(ConfigError, match=r"table 'l2': optimizer\.l2 must be >= 0"):
         table_config_from_dict(bad)
+
+
+def test_pull_many_and_push_rows_many_are_one_round_trip(client):
+    """Several tables' pulls (or row writes) go out in one call: the same rows as one call per
+    table, and one wait for the replies."""
+    from cosparse import waits
+
+    rng = np.random.default_rng(7)
+    asks = [("sgd", rng.integers(0, 10**6, 300)), ("adam", rng.integers(0, 10**6, 50)),
+            ("rwa", np.zeros(0, np.int64))]
+    one_by_one = [client.pull(t, ids, with_state=True, peek=True) for t, ids in asks]
+    before = waits.snapshot()
+    together = client.pull_many(asks, with_state=True, peek=True)
+    assert waits.snapshot().since(before).sites["ps_request"][0] == 1
+    for a, b in zip(one_by_one, together, strict=True):
+        assert np.array_equal(a.rows, b.rows) and np.array_equal(a.versions, b.versions)
+    writes = [(t, np.unique(ids), np.full((np.unique(ids).shape[0], r.rows.shape[1]), 0.5 + j,
+                                          np.float32))
+              for j, ((t, ids), r) in enumerate(zip(asks[:2], one_by_one[:2], strict=True))]
+    before = waits.snapshot()
+    counters = client.push_rows_many(writes)
+    assert waits.snapshot().since(before).sites["ps_request"][0] == 1
+    assert all(set(c) <= {0, 1} and c for c in counters)
+    for t, ids, rows in writes:
+        assert np.array_equal(client.pull(t, ids, with_state=True).rows, rows)

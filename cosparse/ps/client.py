@@ -159,15 +159,30 @@ class PSClient:
         """Rows and versions of ``ids`` (any order, duplicates allowed), in that order.
 
         ``peek``: unknown IDs read their initial value and are not created (version -1)."""
-        table = self.qualify(table)
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        order, bounds = self._split(ids)
+        return self.pull_many([(table, ids)], with_state, peek)[0]
+
+    def pull_many(self, asks: list[tuple[str, np.ndarray]], with_state: bool = False,
+                  peek: bool = False) -> list[PullResult]:
+        """``pull`` of several (table, ids) in one round trip: every shard gets all of its
+        requests at once, and the call waits once for all the replies."""
         flags = (P.FLAG_WITH_STATE if with_state else 0) | (P.FLAG_PEEK if peek else 0)
-        width = self._widths.get((table, with_state))
-        spans = self._chunks(bounds, 8 + 4 * (width or 0))
-        reqs = [(i, P.Message(P.OP_PULL, flags=flags, text=table, arrays=[ids[order[lo:hi]]]))
-                for i, lo, hi in spans]
-        replies = self._call(reqs)
+        reqs: list[tuple[int, P.Message]] = []
+        parts = []  # per ask: (table, ids, order, spans, first request)
+        for table, ids in asks:
+            table = self.qualify(table)
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+            order, bounds = self._split(ids)
+            spans = self._chunks(bounds, 8 + 4 * (self._widths.get((table, with_state)) or 0))
+            parts.append((table, ids, order, spans, len(reqs)))
+            reqs += [(i, P.Message(P.OP_PULL, flags=flags, text=table, arrays=[ids[order[lo:hi]]]))
+                     for i, lo, hi in spans]
+        replies = self._call(reqs) if reqs else []
+        return [self._assemble(table, with_state, ids, order, spans, replies[at : at + len(spans)])
+                for table, ids, order, spans, at in parts]
+
+    def _assemble(self, table: str, with_state: bool, ids: np.ndarray, order: np.ndarray,
+                  spans: list[tuple[int, int, int]], replies: list[P.Message]) -> PullResult:
+        """One pull's result from the replies to its ``spans``, in the order of ``ids``."""
         if not replies:
             return PullResult(np.zeros((0, 0), np.float32), np.zeros(0, np.int64), {})
         width = replies[0].arrays[0].shape[1]
@@ -197,6 +212,11 @@ class PSClient:
     def push_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> dict[int, int]:
         """Overwrite rows with their optimizer state ([n, dim + state]) on the owning shards."""
         return self._write(P.OP_PUSH_ROWS, table, ids, rows, 0)
+
+    def push_rows_many(self, writes: list[tuple[str, np.ndarray, np.ndarray]]
+                       ) -> list[dict[int, int]]:
+        """``push_rows`` of several (table, ids, rows) in one round trip."""
+        return self._write_many(P.OP_PUSH_ROWS, [(t, i, r, 0) for t, i, r in writes])
 
     def snapshot(self, name: str = "", incremental: bool = False) -> dict[int, str]:
         """Every shard snapshots into its data dir (or the sub-directory ``name``); returns the
@@ -258,18 +278,32 @@ class PSClient:
 
     def _write(self, op: int, table: str, ids: np.ndarray, values: np.ndarray, step: int
                ) -> dict[int, int]:
-        table = self.qualify(table)
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        values = np.ascontiguousarray(values, dtype=np.float32)
-        order, bounds = self._split(ids)
-        width = values.shape[1] if values.ndim == 2 else 1
-        reqs = [(i, P.Message(op, arg=int(step), text=table,
-                              arrays=[ids[order[lo:hi]], values[order[lo:hi]]]))
-                for i, lo, hi in self._chunks(bounds, 8 + 4 * width)]
-        counters: dict[int, int] = {}
-        for (i, _), r in zip(reqs, self._call(reqs), strict=True):
-            counters[i] = max(counters.get(i, int(r.arg)), int(r.arg))
-        return counters
+        return self._write_many(op, [(table, ids, values, step)])[0]
+
+    def _write_many(self, op: int, writes: list[tuple[str, np.ndarray, np.ndarray, int]]
+                    ) -> list[dict[int, int]]:
+        """Each write's shard write counters after it, all sent in one call."""
+        reqs: list[tuple[int, P.Message]] = []
+        ends = []
+        for table, ids, values, step in writes:
+            table = self.qualify(table)
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+            values = np.ascontiguousarray(values, dtype=np.float32)
+            order, bounds = self._split(ids)
+            width = values.shape[1] if values.ndim == 2 else 1
+            reqs += [(i, P.Message(op, arg=int(step), text=table,
+                                   arrays=[ids[order[lo:hi]], values[order[lo:hi]]]))
+                     for i, lo, hi in self._chunks(bounds, 8 + 4 * width)]
+            ends.append(len(reqs))
+        replies = self._call(reqs) if reqs else []
+        out, start = [], 0
+        for end in ends:
+            counters: dict[int, int] = {}
+            for (i, _), r in zip(reqs[start:end], replies[start:end], strict=True):
+                counters[i] = max(counters.get(i, int(r.arg)), int(r.arg))
+            out.append(counters)
+            start = end
+        return out
 
     def _call_all(self, make: Callable[[], P.Message], timeout_s: float | None = None
                   ) -> list[P.Message]:
