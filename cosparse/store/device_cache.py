@@ -128,6 +128,7 @@ class DeviceCache(SlabRows):
         """Bring the misses' rows in from ``sources`` (in order), then pin the batch's rows."""
         with self.lock:
             dev = self.dev
+            target = None
             if plan.miss_ids.shape[0]:
                 target = FillTarget.of(dev, plan.miss_ids, plan.miss_slots)
                 todo = np.arange(plan.miss_ids.shape[0])
@@ -135,6 +136,17 @@ class DeviceCache(SlabRows):
                     todo = source.fill(target, todo)
                     if not todo.shape[0]:
                         break
+                if target.later is not None:  # the rows come at the end of the plan: so do
+                    target.later.after(lambda: self._admit(plan, target))  # map and pins
+                    return
+            self._admit(plan, target)
+
+    def _admit(self, plan: BatchPlan, target: FillTarget | None) -> None:
+        """Map and pin the filled misses of ``plan`` (``target``: their rows' sources' say),
+        and record the batch's access to all its rows."""
+        with self.lock:
+            dev = self.dev
+            if target is not None:
                 dirty = False if self.write_through else target.dirty
                 dev.put(plan.miss_ids, plan.miss_slots, None, target.counts, target.last, dirty)
                 if dev.future.size:

@@ -23,6 +23,7 @@ import numpy as np
 
 from cosparse import waits
 from cosparse.stall import Progress
+from cosparse.store.remote_batch import RemoteBatch
 from cosparse.store.types import BatchPlan, DeliveredRowSource, TablePlacement
 
 
@@ -44,6 +45,9 @@ class CachePlanner:
         self.shrinks = 0
         self._trainer: Progress | None = None
         self._stall_timeout_s = 0.0
+        # the PS beneath the tiers, batched per plan (one round trip per kind for all tables)
+        self._remotes = list({id(r): r for r in (getattr(t, "remote", None) for t in tables.values())
+                              if isinstance(r, RemoteBatch)}.values())
 
     def watch(self, trainer: Progress, stall_timeout_s: float) -> None:
         """Bound every wait for the trainer: raise ``StallError`` when ``trainer`` makes no
@@ -132,12 +136,23 @@ class CachePlanner:
 
         delivered = delivered or {}
         out = {}
-        for name, u in uniques.items():
-            table = self.tables[name]
-            plan = table.plan(u, p, shrink)
+        for r in self._remotes:
+            r.begin()
+        try:
+            for name, u in uniques.items():
+                table = self.tables[name]
+                plan = table.plan(u, p, shrink)
+                t0 = time.perf_counter()
+                table.fill(plan, table.row_sources(delivered.get(name)))
+                plan.fill_ms = (time.perf_counter() - t0) * 1e3
+                out[name] = plan
+        finally:  # (also when a table failed: the tables before it finish their fill)
             t0 = time.perf_counter()
-            table.fill(plan, table.row_sources(delivered.get(name)))
-            plan.fill_ms = (time.perf_counter() - t0) * 1e3
-            out[name] = plan
+            for r in self._remotes:
+                r.flush()
+        if out and self._remotes:  # the batched PS round trips count as the tables' fill
+            share = (time.perf_counter() - t0) * 1e3 / len(out)
+            for plan in out.values():
+                plan.fill_ms += share
         self._next += 1
         return out

@@ -13,9 +13,12 @@ are host memory: one copy), sets their hotness and dirty bit, counts them, and h
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from cosparse.config import TableConfig
+from cosparse.store.remote_batch import RemoteBatch
 from cosparse.store.resident import initial_rows
 from cosparse.store.tier import Tier
 from cosparse.store.types import DeliveredRowSource, FillTarget, RemoteRows, TableCounters
@@ -63,15 +66,22 @@ class RemoteSource:
     def fill(self, target: FillTarget, todo: np.ndarray) -> np.ndarray:
         if not todo.shape[0]:
             return todo
-        got = self.remote.pull(self.table, target.ids[todo], with_state=True)
-        slots = target.slots[todo]
-        target.tier.write(slots, got.rows)
         if self.clean:
             target.dirty[todo] = False
-        if self.versions is not None:
-            self.versions[slots] = got.versions
-        self.counters.bytes_backing_device += got.rows.nbytes
+        slots = target.slots[todo]
+
+        def write(got: Any) -> None:
+            target.tier.write(slots, got.rows)
+            if self.versions is not None:
+                self.versions[slots] = got.versions
+            self.counters.bytes_backing_device += got.rows.nbytes
+
         self.counters.backing_hits += todo.shape[0]
+        ids = target.ids[todo]
+        if isinstance(self.remote, RemoteBatch) and self.remote.pull_later(self.table, ids, write):
+            target.later = self.remote  # with every other table's, at the end of the plan
+        else:
+            write(self.remote.pull(self.table, ids, with_state=True))
         return todo[:0]
 
 

@@ -56,6 +56,8 @@ class FillTarget:
     counts: np.ndarray
     last: np.ndarray
     dirty: np.ndarray
+    # set by a source that fills its rows later (``RemoteBatch``, at the end of the plan)
+    later: Any = None
 
     @classmethod
     def of(cls, tier: Any, ids: np.ndarray, slots: np.ndarray) -> FillTarget:
@@ -131,6 +133,11 @@ class RemoteRows(Protocol):
              ) -> Any: ...  # .rows [n, dim(+state)]
 
     def push_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> Any: ...
+
+    def pull_many(self, asks: list[tuple[str, np.ndarray]], with_state: bool = False,
+                  peek: bool = False) -> list[Any]: ...  # one round trip
+
+    def push_rows_many(self, writes: list[tuple[str, np.ndarray, np.ndarray]]) -> Any: ...
 
     def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]: ...
 

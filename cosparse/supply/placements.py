@@ -7,10 +7,14 @@ A, every row on the PS, with a write-through device cache for the tables with a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
 import torch
 
 from cosparse.config import ConfigError, TableConfig
 from cosparse.ps import PSClient
+from cosparse.store.remote_batch import RemoteBatch
 from cosparse.store.resident import ResidentTable
 from cosparse.store.tiered import TieredTable
 from cosparse.store.types import RemoteRows, TablePlacement, TierPlan
@@ -18,9 +22,14 @@ from cosparse.supply.ps_direct import PSCachedTable, PSDirectTable
 
 
 def tiered_tables(tables: list[TableConfig], device: torch.device, plans: dict[str, TierPlan],
-                  remote: RemoteRows | None = None) -> dict[str, TablePlacement]:
-    """Tiers for the tables ``plans`` names (``remote``: the PS below a spilling host tier)."""
+                  remote: RemoteRows | None = None,
+                  on_queued: Callable[[str, np.ndarray], None] | None = None,
+                  ) -> dict[str, TablePlacement]:
+    """Tiers for the tables ``plans`` names (``remote``: the PS below a spilling host tier,
+    which every table's plan reaches through one ``RemoteBatch``; ``on_queued``: told of each
+    write-back it queues)."""
     out: dict[str, TablePlacement] = {}
+    batched = RemoteBatch(remote, on_queued) if remote is not None else None
     for t in tables:
         p = plans.get(t.name)
         if p is None:
@@ -28,7 +37,7 @@ def tiered_tables(tables: list[TableConfig], device: torch.device, plans: dict[s
             continue
         out[t.name] = TieredTable(
             t, device, p.device_rows, p.host_rows, p.spill, p.device_policy, p.host_policy,
-            p.decay, p.ttl_steps, remote=remote if p.spill else None,
+            p.decay, p.ttl_steps, remote=batched if p.spill else None,
         )
     return out
 

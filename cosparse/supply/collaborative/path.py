@@ -57,7 +57,8 @@ class CollaborativePath(PSPath):
         assert self.ps.client is not None and self.plans is not None
         live = not self.fallbacks
         remote = LoggedRemote(self.ps.client) if live else self.ps.client
-        tables = tiered_tables(self.cfg.tables, self.ctx.device, self.plans, remote)
+        tables = tiered_tables(self.cfg.tables, self.ctx.device, self.plans, remote,
+                               on_queued=remote.write_pending if live else None)  # type: ignore[union-attr]
         if live:
             self._tables, self._remote = tables, remote  # type: ignore[assignment]
             if self.workers_rows:

@@ -54,13 +54,28 @@ class LoggedRemote:
     def pull(self, table: str, ids: np.ndarray, with_state: bool = False, peek: bool = False):
         return self.client.pull(table, ids, with_state=with_state, peek=peek)
 
+    def write_pending(self, table: str, ids: np.ndarray) -> None:
+        """Rows ``ids`` will be written back (queued): until the write's own counter replaces
+        it, every copy of them delivered before is stale."""
+        self.log(table).record(ids, np.full(ids.shape[0], np.iinfo(np.int64).max, np.int64))
+
+    def pull_many(self, asks: list[tuple[str, np.ndarray]], with_state: bool = False,
+                  peek: bool = False) -> list:
+        return self.client.pull_many(asks, with_state=with_state, peek=peek)
+
     def push_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> dict[int, int]:
-        after = self.client.push_rows(table, ids, rows)
-        counters = np.zeros(self.client.num_shards, dtype=np.int64)
-        for shard, c in after.items():
-            counters[shard] = c
-        self.log(table).record(ids, counters[self.client.shard_of(ids)])
-        return after
+        return self.push_rows_many([(table, ids, rows)])[0]
+
+    def push_rows_many(self, writes: list[tuple[str, np.ndarray, np.ndarray]]
+                       ) -> list[dict[int, int]]:
+        """Several tables' write-backs in one round trip, each one logged."""
+        afters = self.client.push_rows_many(writes)
+        for (table, ids, _), after in zip(writes, afters, strict=True):
+            counters = np.zeros(self.client.num_shards, dtype=np.int64)
+            for shard, c in after.items():
+                counters[shard] = c
+            self.log(table).record(ids, counters[self.client.shard_of(ids)])
+        return afters
 
     def dump(self, table: str) -> tuple[np.ndarray, np.ndarray]:
         return self.client.dump(table)
