@@ -274,3 +274,16 @@ def test_the_trainer_uses_the_workers_dedup(monkeypatch):
         assert calls == [], f"the trainer deduped {len(calls)} tables of training batches"
     finally:
         t.close()
+
+
+def test_planning_reaches_the_ps_once_per_kind_per_step_not_per_table():
+    """The tables' spilled rows and their misses go to the PS as one request each per plan
+    (``RemoteBatch``): at most two round trips a step, whatever the number of tables."""
+    t = Trainer(validate(_config(workers=2)), log=lambda m: None)
+    try:
+        sync = t.run(evaluate=False)["sync"]
+    finally:
+        t.close()
+    assert len(t.ec.tables) == 2
+    print(f"\nB: {sync['by_site']['ps_request']['waits']:.2f} PS round trips per step")
+    assert sync["by_site"]["ps_request"]["waits"] <= 2.05, sync
