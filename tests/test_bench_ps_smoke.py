@@ -84,8 +84,11 @@ def _check_issue17_figures(res: dict, stdout: str) -> None:
     for op in ("pull", "push"):
         assert _positive(rp[op]) and _positive(rp[f"{op}_serving_thread_only"]), rp
         assert rp[f"{op}_rows"] > 0 and rp[f"{op}_core_s"] > 0, rp
-        # the process's CPU includes the serving thread's, so per core-second of it, fewer rows
-        assert rp[op] <= rp[f"{op}_serving_thread_only"], rp
+        # the process's CPU includes the serving thread's, but /proc counts it in clock ticks
+        # (10 ms, read at both ends on each of 2 shards): with the shards on one thread each,
+        # the two agree to within that
+        thread_s = rp[f"{op}_rows"] / rp[f"{op}_serving_thread_only"]
+        assert rp[f"{op}_core_s"] >= thread_s - 0.04, rp
     # pushed rows = the unique rows the trainer trained (every timed step, both tables)
     steps = res["config"]["rounds"] * res["config"]["steps"]
     assert abs(rp["push_rows"] / steps - res["rows_per_step"]["unique"]) <= 1, rp
