@@ -23,6 +23,8 @@ runs every workload once (its order rotated), and stops them. The figures, per w
 Each call also records ``other_cores``: the cores that processes other than the workload and the
 loops kept busy meanwhile (the machine's busy CPU from ``/proc/stat``, less both). The figures
 hold for a host otherwise idle; ``alone_other_cores`` well above 0 flags a run that was not.
+Before the rounds and before each alone call the benchmark waits until the host is quiet
+(``settle``), since the workers go on working for a while after they report ready.
 
 ``--wait-policies`` also runs every workload alone with ``OMP_WAIT_POLICY=ACTIVE`` (a worker of
 its own: libgomp reads it at start) and reports ``passive_idle_cost``: passive's wall seconds over
@@ -44,6 +46,7 @@ from benchmarks.common import (
     REPO,
     SHARED_DATA,
     Worker,
+    busy_s,
     machine_info,
     proc_cpu_s,
     serve,
@@ -149,6 +152,24 @@ class BusyLoops:
 
 
 # ------------------------------------------------------------------------------ the parent
+def settle(quiet_cores: float = 0.15, window_s: float = 1.0, limit_s: float = 90.0) -> float:
+    """Wait until the machine is quiet: its busy CPU over ``window_s`` below ``quiet_cores``.
+
+    The workers go on working after they report ready (data workers filling their queues, the
+    prefetch thread reading up to its gate); an alone call timed meanwhile is slowed by them and
+    every k's slowdown looks small. Returns the last window's busy cores; after ``limit_s`` it
+    gives up (a host busy with other jobs) and says so."""
+    t0 = time.perf_counter()
+    while True:
+        b0 = busy_s()
+        time.sleep(window_s)
+        cores = (busy_s() - b0) / window_s
+        if cores < quiet_cores:
+            return cores
+        if time.perf_counter() - t0 > limit_s:
+            print(f"  the host did not go quiet in {limit_s:.0f} s ({cores:.2f} cores busy): "
+                  "the alone figures are not from an idle host", flush=True)
+            return cores
 def figures(calls: list[dict[str, Any]], cores: int, ks: tuple[int, ...]) -> dict[str, Any]:
     """Per k: the median slowdown, prediction and their ratio over the rounds (each round's k
     against the same round's k = 0)."""
@@ -200,6 +221,8 @@ def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
         for n, w in workers.items():  # (they set up concurrently, untimed)
             w.ready = w.recv()
             print(f"  {n}: ready", flush=True)
+        quiet_s = 3.0 if a.tiny else 90.0  # (the smoke test runs on loaded CI hosts)
+        print(f"  settled: {settle(limit_s=quiet_s):.2f} cores busy", flush=True)
         for r in range(a.rounds):
             for k in ks:
                 with BusyLoops(k) as loops:
@@ -208,6 +231,8 @@ def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
                     if k == 0 and a.wait_policies:
                         order = [m for n in order for m in (n, f"{n}@active")]
                     for n in order:
+                        if k == 0:
+                            settle(limit_s=min(quiet_s, 20.0))
                         l0 = sum(proc_cpu_s(p.pid) for p in loops.procs)
                         steps = a.steps * STEPS_SCALE.get(n.split("@")[0], 1)
                         res, busy = workers[n].call_busy(cmd="run", steps=steps)
