@@ -55,46 +55,61 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any]]:
     return name, overrides
 
 
-def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None],
-            records: Path | None = None) -> dict[str, Any]:
-    """Train ``cfg`` and return its figures as one ``compare.json`` run; ``records``: where
-    its metrics and step records go, whose slow steps the run's ``slow_steps`` explains."""
-    steps = cfg.train.steps
-    cfg.train.log_every = steps
+def measuring_trainer(cfg: Config, label: str, log: Callable[[str], None],
+                      records: Path | None = None) -> Trainer:
+    """A ``Trainer`` set up to be measured (no logging between calls, evaluation, checkpoints
+    or warm-up skip of its own); ``records``: where its metrics and step records go."""
+    cfg.train.log_every = cfg.train.steps
     cfg.train.progress = False
     cfg.train.eval_every = 0
     cfg.train.metrics_json = str(records) if records is not None else None
     cfg.train.tensorboard_dir = None
     cfg.train.checkpoint.every = 0
-    cfg.train.timing_warmup_steps = 0  # (the warm-up is its own call, below)
-    t = Trainer(cfg, log=lambda m: log(f"[{label}] {m}"))
+    cfg.train.timing_warmup_steps = 0  # (warm-up steps are a call of their own)
+    return Trainer(cfg, log=lambda m: log(f"[{label}] {m}"))
+
+
+def measure_call(t: Trainer, label: str, steps: int | None = None, evaluate: bool = True
+                 ) -> dict[str, Any]:
+    """Train ``steps`` more steps (None: up to ``train.steps``) and return their figures as one
+    ``compare.json`` run; the loss curve covers every step the trainer has trained."""
+    step0 = t.state.step
+    # the embedded PS shards are the run's own processes, not the host's other load
+    usage = HostUsage(exclude=set(getattr(t.path, "shard_pids", ()))).start()
+    final = t.run(steps=None if steps is None else step0 + steps, evaluate=evaluate)
+    host = usage.stop()
+    measured = max(1, t.state.step - step0)
+
+    def per_step(key: str) -> float | None:
+        return final[key] / measured if key in final else None
+
+    run: dict[str, Any] = {
+        "label": label, "losses": list(t.losses), "auc": final.get("auc"),
+        "logloss": final.get("logloss"), "samples_per_s": final.get("samples_per_s"),
+        "step_ms_p50": final.get("step_ms_p50"), "step_ms_p99": final.get("step_ms_p99"),
+        "stage_ms": {k.split(".", 1)[1]: v for k, v in final.items() if k.startswith("stage_ms.")},
+        "bytes_per_step": {name: per_step(key) for name, key in _LINKS.items()},
+        "wasted_bytes_per_step.worker_ps": per_step("wasted_bytes.worker_ps"),
+        "stale_drops": final.get("stale_drops", 0), "fallbacks": final.get("fallbacks", 0),
+        "hit_rate": {"device": final.get("hit_rate.device"), "host": final.get("hit_rate.host")},
+        "miss_sources": {k.split(".", 1)[1]: v for k, v in final.items()
+                         if k.startswith("miss_share.")},
+        "hbm_share": final.get("hbm_share"), "host": host, "measured_steps": measured,
+    }
+    to_device = [final[k] for k in _TO_DEVICE if k in final]
+    run["bytes_per_step"]["host_device"] = sum(to_device) / measured if to_device else None
+    return run
+
+
+def measure(cfg: Config, warmup: int, label: str, log: Callable[[str], None],
+            records: Path | None = None) -> dict[str, Any]:
+    """Train ``cfg`` and return its figures as one ``compare.json`` run; ``records``: where
+    its metrics and step records go, whose slow steps the run's ``slow_steps`` explains."""
+    t = measuring_trainer(cfg, label, log, records)
     try:
         if warmup:
             t.run(steps=warmup, evaluate=False)
-        # the embedded PS shards are the run's own processes, not the host's other load
-        usage = HostUsage(exclude=set(getattr(t.path, "shard_pids", ()))).start()
-        final = t.run()
-        host = usage.stop()
-        measured = max(1, t.state.step - warmup)
-
-        def per_step(key: str) -> float | None:
-            return final[key] / measured if key in final else None
-
-        run: dict[str, Any] = {
-            "label": label, "losses": list(t.losses), "auc": final.get("auc"),
-            "logloss": final.get("logloss"), "samples_per_s": final.get("samples_per_s"),
-            "step_ms_p50": final.get("step_ms_p50"), "step_ms_p99": final.get("step_ms_p99"),
-            "stage_ms": {k.split(".", 1)[1]: v for k, v in final.items() if k.startswith("stage_ms.")},
-            "bytes_per_step": {name: per_step(key) for name, key in _LINKS.items()},
-            "wasted_bytes_per_step.worker_ps": per_step("wasted_bytes.worker_ps"),
-            "stale_drops": final.get("stale_drops", 0), "fallbacks": final.get("fallbacks", 0),
-            "hit_rate": {"device": final.get("hit_rate.device"), "host": final.get("hit_rate.host")},
-            "miss_sources": {k.split(".", 1)[1]: v for k, v in final.items()
-                             if k.startswith("miss_share.")},
-            "hbm_share": final.get("hbm_share"), "host": host, "measured_steps": measured,
-        }
-        to_device = [final[k] for k in _TO_DEVICE if k in final]
-        run["bytes_per_step"]["host_device"] = sum(to_device) / measured if to_device else None
+        run = measure_call(t, label)
     finally:
         t.close()
     if records is not None:  # (the step records are complete once the trainer is closed)
