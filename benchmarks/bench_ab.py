@@ -117,7 +117,8 @@ def worker_main(a: argparse.Namespace) -> None:
 
     def setup() -> tuple[Variant, dict[str, Any]]:
         label = f"{VARIANTS[a.worker]} @ {a.link_mbps or 'unlimited'} Mbps"
-        return Variant(variant_config(raw, a.worker, a.link_mbps, total), label, warmup), {}
+        link = a.link_mbps or None  # (0: unlimited)
+        return Variant(variant_config(raw, a.worker, link, total), label, warmup), {}
 
     serve(setup, {"run": lambda v, cmd: v.measure(cmd["steps"], cmd["last"])})
 
@@ -126,7 +127,7 @@ def run_link(a: argparse.Namespace, link_mbps: float | None, steps: int) -> dict
     """Both variants at one link setting, in alternating rounds: each round measures ``steps``
     more steps of each (order rotated), on trainers that live across the rounds."""
     args = [*(["--quick"] if a.quick else []), *(["--tiny"] if a.tiny else []),
-            "--rounds", str(a.rounds), *([] if link_mbps is None else ["--link-mbps", str(link_mbps)])]
+            "--rounds", str(a.rounds), "--link-mbps", str(link_mbps or 0)]  # (0: unlimited)
     workers = {k: Worker(k, "benchmarks.bench_ab", ["--worker", k, *args], dict(os.environ))
                for k in VARIANTS}
     calls: dict[str, list[dict[str, Any]]] = {k: [] for k in VARIANTS}

@@ -10,7 +10,8 @@ with the default; on an idle host passive cost 3.6% of the engine's throughput.
 libgomp reads the variable once, when it is loaded, so it must be set before torch or numba is
 imported. ``import cosparse`` sets it (only where the environment has none): every ``cosparse``
 command, and every child process (data workers, embedded PS shards) inherits it. A program that
-imported torch before cosparse keeps the policy torch started with; ``state()`` says which.
+imported torch before cosparse keeps the policy torch started with (its children still get
+passive); ``state()`` says which.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ DEFAULT = "PASSIVE"
 
 _given = os.environ.get(VARIABLE)
 _loaded_first = [m for m in ("torch", "numba") if m in sys.modules]
-if _given is None and not _loaded_first:
+if _given is None:  # (too late for this process if torch came first, not for its children)
     os.environ[VARIABLE] = DEFAULT
 
 

@@ -142,7 +142,8 @@ def test_the_stream_reader_trains_every_row_once_through_worker_processes(tmp_pa
     from cosparse.train.inputs import stream_file_reader
 
     write_csv(tmp_path, "f1.csv", 0, 20)
-    raw = _raw(tmp_path, idle_timeout_s=1.0)
+    # (f2 arrives 0.6 s in: the idle bound leaves room for a loaded host's process starts)
+    raw = _raw(tmp_path, idle_timeout_s=4.0)
     cfg = config_from_mapping(raw)
     open_file = partial(stream_file_reader, cfg.data)
     reader = StreamReader(cfg.data.stream, 8, open_file, first_wait_s=5)

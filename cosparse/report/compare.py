@@ -95,6 +95,7 @@ def measure_call(t: Trainer, label: str, steps: int | None = None, evaluate: boo
         "miss_sources": {k.split(".", 1)[1]: v for k, v in final.items()
                          if k.startswith("miss_share.")},
         "hbm_share": final.get("hbm_share"), "host": host, "measured_steps": measured,
+        "sync": final.get("sync"),  # the blocking hand-offs per step, by site
     }
     to_device = [final[k] for k in _TO_DEVICE if k in final]
     run["bytes_per_step"]["host_device"] = sum(to_device) / measured if to_device else None

@@ -188,6 +188,9 @@ class Trainer:
         self.features_computed = 0  # feature computations behind the batches trained
         self.data_worker_pids: set[int] = set()  # every data-worker process started
         self.stream: Any = None  # the live data stream (its worker pids: ``stream.pids``)
+        # the stream a run that ended at its step count left open for the next ``run`` to go on
+        # with, and where it stands (epoch, batch): its data workers need no restart
+        self._kept: tuple[Any, int, int] | None = None
         self.progress = Progress("the trainer")  # what the planner and prefetch waits watch
         self._saves = 0  # checkpoints this process committed
         self._saved: tuple[int, Path] | None = None  # the last checkpoint in checkpoint.dir
@@ -491,12 +494,7 @@ class Trainer:
         try:
             while (self.state.step < total and self.state.epoch < cfg.train.epochs
                    and not self._stop_early and not self._stream_ended):
-                stream = self.stream_factory(self.state.batch_in_epoch) if self.stream_factory \
-                    else BatchStream(
-                        self.train_reader, cfg.data.workers, cfg.data.queue_depth,
-                        start_batch=self.state.batch_in_epoch, codec=self.path.codec,
-                        link=self.links.worker_trainer, preload=WORKER_PRELOAD,
-                    )
+                stream = self._open_stream()
                 self.stream = stream
                 self.data_worker_pids.update(stream.pids)
                 # never plan past the last step: planning pulls rows (a PS creates the rows it is
@@ -510,11 +508,13 @@ class Trainer:
                 if cfg.data.stream is not None:  # waiting for files is progress, not a stall
                     self.train_reader.heartbeat = self._beater(prefetch)
                 failure: str | None = None
+                keep = False  # (the stream goes on into the next run when this one ends here)
                 try:
                     for prepared in prefetch:
                         last = self._one_step(prepared, prefetch, stats, summary, bar,
                                               total) or last
                         if self.state.step >= total or self._stop_early:
+                            keep = not self._stop_early
                             break
                         failure = self.path.health()
                         if failure is not None or self._pending is not None:
@@ -534,7 +534,10 @@ class Trainer:
                     if cfg.data.stream is not None:  # (its thread may be waiting for files)
                         stream.close()
                     prefetch.close()
-                    stream.close()
+                    if keep and self.stream_factory is None and cfg.data.stream is None:
+                        self._kept = (stream, self.state.epoch, self.state.batch_in_epoch)
+                    else:
+                        stream.close()
                     self.ec.planner.reset(self.state.step)
                 if failure is not None:
                     self.path.fall_back(failure, self.state.step)
@@ -585,6 +588,25 @@ class Trainer:
                    "best_restored": restored}
         self.log(self.early.describe())
         return out
+
+    def _open_stream(self) -> Any:
+        """The data stream from the current batch on: the one the last run left open when it
+        stands there (its workers are warm and have read ahead), else a new one."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            stream, epoch, batch = kept
+            if (epoch, batch) == (self.state.epoch, self.state.batch_in_epoch) \
+                    and not stream.closed:
+                return stream
+            stream.close()  # (a restore moved the position)
+        if self.stream_factory:
+            return self.stream_factory(self.state.batch_in_epoch)
+        cfg = self.cfg
+        return BatchStream(
+            self.train_reader, cfg.data.workers, cfg.data.queue_depth,
+            start_batch=self.state.batch_in_epoch, codec=self.path.codec,
+            link=self.links.worker_trainer, preload=WORKER_PRELOAD,
+        )
 
     def _mine(self, batches: Any) -> Any:
         """This rank's samples of each global batch (all of them on one process)."""
@@ -848,6 +870,9 @@ class Trainer:
     def close(self) -> None:
         """Flush the metrics and the step records, write the trace (``train.trace``), and stop
         what the supply path started (safe to call twice)."""
+        if self._kept is not None:
+            self._kept[0].close()
+            self._kept = None
         self.sink.close()
         self.health.close()
         trace = self.recorder.close()
