@@ -132,8 +132,11 @@ def run_link(a: argparse.Namespace, link_mbps: float | None, steps: int) -> dict
                for k in VARIANTS}
     calls: dict[str, list[dict[str, Any]]] = {k: [] for k in VARIANTS}
     try:
+        t0 = time.perf_counter()
         for w in workers.values():  # (they set up and warm up concurrently, untimed)
             w.ready = w.recv()
+        print(f"  both variants built and warmed up in {time.perf_counter() - t0:.1f} s",
+              flush=True)
         for r in range(a.rounds):
             for k in rotation(VARIANTS, r):
                 res = workers[k].call(cmd="run", steps=steps, last=r == a.rounds - 1)
