@@ -60,7 +60,10 @@ def _init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value, col0):
 
 
 init_rows = numba.njit(cache=True, nogil=True, parallel=True)(_init_rows)
-init_rows_serial = numba.njit(cache=True, nogil=True)(_init_rows)  # for the planner's thread
+# for the planner's thread. Not cached: numba's cache keys a build by the Python function, not by
+# `parallel`, so two cached builds of one function load each other's machine code (a parallel
+# build run as the serial one crashed); this one compiles once per process instead.
+init_rows_serial = numba.njit(nogil=True)(_init_rows)
 
 
 # The planner moves rows on its background thread while the trainer's torch ops use the cores:
