@@ -36,7 +36,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from cosparse.optim.kernels import update_row
+from cosparse.optim.kernels import ROWWISE_ADAGRAD, rowwise_adagrad_rows4, update_row
 from cosparse.store.kernels.hashing import EMPTY, erase_at, mix64
 from cosparse.store.kernels.rows import init_row, init_seed
 
@@ -210,10 +210,20 @@ def _push(keys, vals, slot_ids, slab, versions, flags, size, ids, grads, shard, 
         flags[s] = flags[s] | SEEN
     _init_new(slab, slot_ids, versions, flags, size0, size, seed, dim, init_kind, a, b, state0,
               col0, 0)
-    for i in prange(ids.shape[0]):
+    n = ids.shape[0]
+    if kind == ROWWISE_ADAGRAD:  # four rows at a time (each row's arithmetic unchanged)
+        quads = n // 4
+        for q in prange(quads):
+            rowwise_adagrad_rows4(slab, slots, 4 * q, grads, dim, lr, eps, l2)
+        first = 4 * quads
+    else:
+        first = 0
+    for i in prange(first, n):
         r = slots[i]
         update_row(kind, slab, slab, dim, r, grads, i, slab, r, dim, lr, eps, l2, beta1, beta2,
                    corr1, corr2)
+    for i in prange(n):
+        r = slots[i]
         versions[r] += 1
         flags[r] = DIRTY
     return size, OK, -1
