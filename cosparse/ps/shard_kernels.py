@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
+from llvmlite import ir
+from numba import prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from cosparse.optim.kernels import ROWWISE_ADAGRAD, rowwise_adagrad_rows4, update_row
 from cosparse.store.kernels.hashing import EMPTY, erase_at, mix64
@@ -51,6 +54,43 @@ NOT_FINITE = 2  # a pushed gradient row with NaN or infinity (the first one's in
 DUPLICATE = 3  # a pushed ID that occurs twice (the second occurrence's index: ``at``)
 FULL = 4  # more new rows than the budget (``limit``) allows
 ROOM = 5  # the map or the row arrays must grow first (the caller grows them, then calls again)
+
+
+PREFETCH_AHEAD = 8  # rows (or IDs) ahead that a pass asks the CPU to fetch
+
+
+@intrinsic
+def prefetch(typingctx, arr, index):  # noqa: ANN001, ANN201 - a numba intrinsic
+    """Ask the CPU to fetch the cache line of ``arr.flat[index]`` (1-D or C-contiguous 2-D
+    ``arr``; ``llvm.prefetch``, a hint that changes no value). The shard's tables are far larger
+    than the caches, so each row and map bucket a request touches is a miss; fetching a few
+    ahead overlaps those misses."""
+    sig = types.void(arr, index)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = builder.gep(ary.data, [args[1]])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # (address, read 0 / write 1: write, locality 3: keep in every cache level, data cache)
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 1), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(inline="always")
+def prefetch_row(slab, r):
+    """Every cache line of ``slab[r]`` (a C-contiguous 2-D array)."""
+    width = slab.shape[1]
+    first = r * width
+    for off in range(0, width, 16):  # 16 float32 per 64-byte line
+        prefetch(slab, first + off)
+    prefetch(slab, first + width - 1)
 
 
 @numba.njit(inline="always")
@@ -85,7 +125,12 @@ def _lookup(keys, vals, ids, shard, num_shards, grads, slots, marks):
     nsh = np.uint64(num_shards)
     check_grads = grads.shape[0] > 0
     bad = 0
-    for i in prange(ids.shape[0]):
+    n = ids.shape[0]
+    for i in prange(n):
+        if i + PREFETCH_AHEAD < n:
+            ha = np.int64(mix64(np.uint64(ids[i + PREFETCH_AHEAD])) & mask)
+            prefetch(keys, ha)
+            prefetch(vals, ha)
         k = ids[i]
         h = mix64(np.uint64(k))
         m = 0
@@ -167,7 +212,12 @@ def _pull(keys, vals, slot_ids, slab, versions, flags, size, ids, shard, num_sha
                   state0, col0, DIRTY)
     cols = out_rows.shape[1]
     missing = 0
-    for i in prange(ids.shape[0]):
+    n = ids.shape[0]
+    for i in prange(n):
+        if i + PREFETCH_AHEAD < n and slots[i + PREFETCH_AHEAD] >= 0:
+            ra = slots[i + PREFETCH_AHEAD]
+            prefetch_row(slab, ra)
+            prefetch(versions, ra)
         s = slots[i]
         if s < 0:
             out_versions[i] = -1
@@ -214,12 +264,16 @@ def _push(keys, vals, slot_ids, slab, versions, flags, size, ids, grads, shard, 
     if kind == ROWWISE_ADAGRAD:  # four rows at a time (each row's arithmetic unchanged)
         quads = n // 4
         for q in prange(quads):
+            for j in range(4 * q + 2 * PREFETCH_AHEAD, min(4 * q + 2 * PREFETCH_AHEAD + 4, n)):
+                prefetch_row(slab, slots[j])
             rowwise_adagrad_rows4(slab, slots, 4 * q, grads, dim, lr, eps, l2)
         first = 4 * quads
     else:
         first = 0
     for i in prange(first, n):
         r = slots[i]
+        if i + PREFETCH_AHEAD < n:
+            prefetch_row(slab, slots[i + PREFETCH_AHEAD])
         update_row(kind, slab, slab, dim, r, grads, i, slab, r, dim, lr, eps, l2, beta1, beta2,
                    corr1, corr2)
     for i in prange(n):
