@@ -36,6 +36,7 @@ from cosparse.ps import protocol as P
 from cosparse.ps.keys import keygen, read_key_file
 from cosparse.ps.limits import ShardError, ShardLimits
 from cosparse.ps.namespaces import DEFAULT_NAMESPACE, Quota, key_of, split_key
+from cosparse.ps.reply_buffers import ReplyBuffers
 from cosparse.ps.shard import Shard
 from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.ps.table_config import NAME_RE, table_config_from_dict
@@ -129,6 +130,7 @@ class Server:
         self.sock.bind(addr)
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.running = True
+        self.reply_buffers = ReplyBuffers()
         self.stats = {"requests": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0,
                       "queue_depth": 0, "max_queue_depth": 0, "busy_s": 0.0,
                       "cpu_s_by_op": {}}  # op name -> this thread's CPU seconds answering it
@@ -381,9 +383,10 @@ class Server:
 
     def _reply_buffers(self, table: str, n: int, with_state: bool
                        ) -> tuple[np.ndarray, np.ndarray] | None:
-        """A PULL reply's (rows, versions) arrays, views of one new buffer that the kernel fills
-        and ZeroMQ sends without a copy; None when the table is unknown (the pull names it).
-        Refuses a reply over ``--max-message-bytes``."""
+        """A PULL reply's (rows, versions) arrays, views of one buffer (``ReplyBuffers``: reused
+        once its last reply has left) that the kernel fills and ZeroMQ sends without a copy;
+        None when the table is unknown (the pull names it). Refuses a reply over
+        ``--max-message-bytes``."""
         t = self.shard.find(table)
         if t is None:
             return None
@@ -394,7 +397,7 @@ class Server:
                                       f"{nbytes}-byte reply, over shard {self.shard.index}'s "
                                       f"limit of {self.opts.max_message_bytes} (pull fewer rows "
                                       "per request, or raise ps serve --max-message-bytes)")
-        buf = np.empty(n * 8 + nbytes, dtype=np.uint8)  # versions first: 8-byte aligned rows
+        buf = self.reply_buffers.take(n * 8 + nbytes)  # versions first: 8-byte aligned rows
         return buf[n * 8 :].view(np.float32).reshape(n, cols), buf[: n * 8].view(np.int64)
 
 def _want(arrays: list[np.ndarray], n: int, op: int) -> None:
