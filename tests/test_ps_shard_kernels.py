@@ -201,3 +201,28 @@ def test_pull_fills_the_given_reply_buffers() -> None:
     got_rows, got_versions = t.pull(ids, False, False, None, out=(rows, versions))
     assert got_rows is rows and got_versions is versions
     assert rows.tobytes() == initial_rows(t.cfg, t.width, ids)[:, : t.dim].tobytes()
+
+
+def test_ps_serve_shard_threads_serves_the_same_rows(tmp_path) -> None:
+    from cosparse.ps import EmbeddedShards
+
+    cfg = _cfg("rowwise_adagrad")
+    ids = np.arange(3000, dtype=np.int64) * 31
+    grads = np.random.default_rng(5).standard_normal((3000, cfg.dim)).astype(np.float32)
+    seen = []
+    for threads in (1, 2):
+        with EmbeddedShards(2, [cfg], tmp_path / f"t{threads}", threads=threads) as shards, \
+                shards.client() as c:
+            assert [st["threads"] for st in c.stats()] == [threads, threads]
+            c.pull("t", ids[::2])
+            c.push("t", ids, grads, 1)
+            got = c.pull("t", ids, with_state=True)
+            seen.append((got.rows.tobytes(), got.versions.tolist()))
+    assert seen[0] == seen[1]
+
+
+def test_shard_threads_below_one_is_refused(tmp_path) -> None:
+    from cosparse.ps.server import ServeOptions, Server
+
+    with pytest.raises(ValueError, match="--shard-threads 0: at least 1"):
+        Server(ServeOptions(shard=0, num_shards=1, data_dir=str(tmp_path), shard_threads=0))

@@ -252,6 +252,7 @@ class Shard:
             "rows": self.rows,
             "last_snapshot": self.last_snapshot,
             "limits": dataclasses.asdict(self.limits),
+            "threads": self.threads,
         }
 
     # --- snapshots --------------------------------------------------------------------------
