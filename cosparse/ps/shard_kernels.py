@@ -105,7 +105,6 @@ def probe(keys, vals, k, h, mask):
         b = (b + 1) & np.int64(mask)
 
 
-
 @numba.njit(inline="always")
 def _rollback(keys, vals, slot_ids, size0, size):
     """Erase the IDs of slots ``size0 .. size-1`` from the map (a refused request's inserts)."""
