@@ -255,7 +255,7 @@ def _ps_serve(args: argparse.Namespace) -> int:
         shard=args.shard, num_shards=args.num_shards, bind=args.bind, data_dir=args.data_dir,
         config=args.config, auth_key=key, curve_secret=args.curve_secret,
         ready_file=args.ready_file, parent_pid=args.parent_pid, restore=args.restore,
-        announce=args.announce, limits=limits,
+        announce=args.announce, limits=limits, shard_threads=args.shard_threads,
     )
     if args.max_message_bytes is not None:
         opts.max_message_bytes = args.max_message_bytes
@@ -308,6 +308,10 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-message-bytes", type=int, default=None,
                    help="largest request and PULL reply, in bytes (default 256 MiB); a single "
                         "larger frame drops its connection")
+    s.add_argument("--shard-threads", type=int, default=1,
+                   help="threads of each PULL/PUSH (default 1); each row is still updated by one "
+                        "thread, in request order, so results do not depend on it (at most "
+                        "NUMBA_NUM_THREADS)")
     s.set_defaults(func=_ps_serve)
     k = pss.add_parser("keygen", help="create CURVE key pairs and an HMAC secret")
     k.add_argument("--out", required=True, help="directory for the keys")

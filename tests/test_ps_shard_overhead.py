@@ -1,5 +1,5 @@
 """``ShardTable.overhead_bytes``: the bytes a PS shard's table holds beyond its rows and their
-optimizer state (ID->slot map, per-slot metadata, free-slot stack, versions), from the live arrays,
+optimizer state (ID->slot map, per-slot IDs, versions and flags, request scratch), from the live arrays,
 and the per-table figure in the shard's STATS."""
 
 from __future__ import annotations
@@ -13,17 +13,12 @@ from cosparse.ps.shard_table import ShardTable
 CFG = TableConfig("rwa", dim=8, optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=0.05), seed=2)
 
 # every array a ShardTable holds beside the slab, as the structures are today
-EXPECTED = ("map.keys", "map.vals", "tier.slot_ids", "tier.occupied", "tier.dirty", "tier.pins",
-            "tier.wanted", "tier.counts", "tier.last", "tier.free", "tier.retired",
-            "future.keys", "future.vals", "versions")
+EXPECTED = ("map.keys", "map.vals", "slot_ids", "versions", "flags", "slots", "marks")
 
 
 def _expected_bytes(t: ShardTable) -> int:
     """The same sum, written out by hand from the structures."""
-    tier = t.tier
-    arrays = [tier.map.keys, tier.map.vals, tier.slot_ids, tier.occupied, tier.dirty, tier.pins,
-              tier.wanted, tier.counts, tier.last, tier.free, tier.retired, tier.future.keys,
-              tier.future.vals, t.versions]
+    arrays = [t.keys, t.vals, t.slot_ids, t.versions, t.flags, t._slots, t._marks]
     return sum(int(a.nbytes) for a in arrays)
 
 
@@ -34,9 +29,9 @@ def test_overhead_counts_every_metadata_array_and_not_the_slab() -> None:
     assert set(EXPECTED) <= set(parts), sorted(set(EXPECTED) - set(parts))
     assert not any("slab" in k for k in parts)
     assert t.overhead_bytes() == sum(parts.values()) == _expected_bytes(t)
-    assert t.slab_bytes() == t.tier.capacity * t.width * 4
+    assert t.slab_bytes() == t.capacity * t.width * 4
     # the slab holds (dim + row-wise Adagrad's 1 state) floats per slot, beside the overhead
-    assert t.width == 9 and t.slab_bytes() == t.tier.slab_np.nbytes
+    assert t.width == 9 and t.slab_bytes() == t.slab.nbytes
 
 
 def test_overhead_grows_with_the_rows_and_is_per_row_bounded() -> None:

@@ -7,6 +7,12 @@ to write back in one pass, or a compact buffer with ``slots`` = arange to update
 Arithmetic is float32, no fastmath, no reduction across rows: results do not depend on the
 thread count or on where a row lives.
 
+The rule for one row is its own inlined function (``*_row``), which the batch kernels here and
+the parameter server's fused kernels (``cosparse.ps.shard_kernels``, which update a slab's row in
+place: ``w`` and ``s`` are then the slab itself, ``s`` from column ``so``) share, so every
+placement runs the same float32 operations in the same order. A row function reads each value
+of its row before it writes that value, so ``dest`` may be ``w``'s own row.
+
 L2 regularisation (``l2``, a float32) acts on the rows a batch touches, in the same place in
 every kernel: each gradient element is ``g + l2 * w`` before the rule reads it (``l2 = 0``
 leaves the gradient as it is).
@@ -18,6 +24,103 @@ import numba
 import numpy as np
 from numba import prange
 
+# optimizer kinds as the fused kernels take them (``KIND_CODES[cfg.kind]``)
+SGD, ADAGRAD, ROWWISE_ADAGRAD, ADAM = 0, 1, 2, 3
+KIND_CODES = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD, "adam": ADAM}
+
+
+@numba.njit(inline="always")
+def sgd_row(w, s, so, u, g, gu, dest, r, dim, lr, l2):
+    """Row ``u`` of ``w`` (state ``s[u, so:]``) with gradient ``g[gu]`` into ``dest[r]``."""
+    for c in range(dim):
+        dest[r, c] = w[u, c] - lr * (g[gu, c] + l2 * w[u, c])
+
+
+@numba.njit(inline="always")
+def adagrad_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2):
+    for c in range(dim):
+        gc = g[gu, c] + l2 * w[u, c]
+        acc = s[u, so + c] + gc * gc
+        dest[r, dim + c] = acc
+        dest[r, c] = w[u, c] - lr * gc / (np.sqrt(acc) + eps)
+
+
+@numba.njit(inline="always")
+def rowwise_adagrad_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2):
+    inv_dim = np.float32(1.0) / np.float32(dim)
+    sq = np.float32(0.0)
+    for c in range(dim):  # within-row reduction, fixed order
+        gc = g[gu, c] + l2 * w[u, c]
+        sq += gc * gc
+    acc = s[u, so] + sq * inv_dim
+    scale = lr / (np.sqrt(acc) + eps)
+    for c in range(dim):
+        dest[r, c] = w[u, c] - scale * (g[gu, c] + l2 * w[u, c])
+    dest[r, dim] = acc
+
+
+@numba.njit(inline="always")
+def rowwise_adagrad_rows4(slab, slots, i, g, dim, lr, eps, l2):
+    """``rowwise_adagrad_row`` on four rows of ``slab`` in place (``slots[i .. i+3]``, distinct,
+    with gradients ``g[i .. i+3]``), their squared-gradient sums interleaved: each row's sum
+    still runs in column order with the same float32 operations, so each row is bit-identical
+    to ``rowwise_adagrad_row``'s; the four independent chains of additions keep the CPU busy
+    where one chain waits on each addition's latency."""
+    r0, r1, r2, r3 = slots[i], slots[i + 1], slots[i + 2], slots[i + 3]
+    inv_dim = np.float32(1.0) / np.float32(dim)
+    sq0 = np.float32(0.0)
+    sq1 = np.float32(0.0)
+    sq2 = np.float32(0.0)
+    sq3 = np.float32(0.0)
+    for c in range(dim):
+        g0 = g[i, c] + l2 * slab[r0, c]
+        g1 = g[i + 1, c] + l2 * slab[r1, c]
+        g2 = g[i + 2, c] + l2 * slab[r2, c]
+        g3 = g[i + 3, c] + l2 * slab[r3, c]
+        sq0 += g0 * g0
+        sq1 += g1 * g1
+        sq2 += g2 * g2
+        sq3 += g3 * g3
+    _rowwise_adagrad_apply(slab, r0, g, i, dim, sq0, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_apply(slab, r1, g, i + 1, dim, sq1, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_apply(slab, r2, g, i + 2, dim, sq2, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_apply(slab, r3, g, i + 3, dim, sq3, inv_dim, lr, eps, l2)
+
+
+@numba.njit(inline="always")
+def _rowwise_adagrad_apply(slab, r, g, gu, dim, sq, inv_dim, lr, eps, l2):
+    """The second half of ``rowwise_adagrad_row`` on ``slab[r]`` in place, given its sum ``sq``."""
+    acc = slab[r, dim] + sq * inv_dim
+    scale = lr / (np.sqrt(acc) + eps)
+    for c in range(dim):
+        slab[r, c] = slab[r, c] - scale * (g[gu, c] + l2 * slab[r, c])
+    slab[r, dim] = acc
+
+
+@numba.njit(inline="always")
+def adam_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2, beta1, beta2, corr1, corr2):
+    one = np.float32(1.0)
+    for c in range(dim):
+        gc = g[gu, c] + l2 * w[u, c]
+        m = beta1 * s[u, so + c] + (one - beta1) * gc
+        v = beta2 * s[u, so + dim + c] + (one - beta2) * gc * gc
+        dest[r, dim + c] = m
+        dest[r, 2 * dim + c] = v
+        dest[r, c] = w[u, c] - lr * (m / corr1) / (np.sqrt(v / corr2) + eps)
+
+
+@numba.njit(inline="always")
+def update_row(kind, w, s, so, u, g, gu, dest, r, dim, lr, eps, l2, beta1, beta2, corr1, corr2):
+    """The rule ``kind`` (``KIND_CODES``) for one row, as the batch kernels below apply it."""
+    if kind == SGD:
+        sgd_row(w, s, so, u, g, gu, dest, r, dim, lr, l2)
+    elif kind == ADAGRAD:
+        adagrad_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2)
+    elif kind == ROWWISE_ADAGRAD:
+        rowwise_adagrad_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2)
+    else:
+        adam_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2, beta1, beta2, corr1, corr2)
+
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def sgd_update(w, s, g, dest, slots, lr, l2):
@@ -26,8 +129,7 @@ def sgd_update(w, s, g, dest, slots, lr, l2):
         r = slots[u]
         if r < 0:  # a row that trains nothing (not admitted)
             continue
-        for c in range(dim):
-            dest[r, c] = w[u, c] - lr * (g[u, c] + l2 * w[u, c])
+        sgd_row(w, s, 0, u, g, u, dest, r, dim, lr, l2)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -37,45 +139,25 @@ def adagrad_update(w, s, g, dest, slots, lr, eps, l2):
         r = slots[u]
         if r < 0:  # a row that trains nothing (not admitted)
             continue
-        for c in range(dim):
-            gc = g[u, c] + l2 * w[u, c]
-            acc = s[u, c] + gc * gc
-            dest[r, dim + c] = acc
-            dest[r, c] = w[u, c] - lr * gc / (np.sqrt(acc) + eps)
+        adagrad_row(w, s, 0, u, g, u, dest, r, dim, lr, eps, l2)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def rowwise_adagrad_update(w, s, g, dest, slots, lr, eps, l2):
     dim = w.shape[1]
-    inv_dim = np.float32(1.0) / np.float32(dim)
     for u in prange(w.shape[0]):
         r = slots[u]
         if r < 0:  # a row that trains nothing (not admitted)
             continue
-        sq = np.float32(0.0)
-        for c in range(dim):  # within-row reduction, fixed order
-            gc = g[u, c] + l2 * w[u, c]
-            sq += gc * gc
-        acc = s[u, 0] + sq * inv_dim
-        scale = lr / (np.sqrt(acc) + eps)
-        for c in range(dim):
-            dest[r, c] = w[u, c] - scale * (g[u, c] + l2 * w[u, c])
-        dest[r, dim] = acc
+        rowwise_adagrad_row(w, s, 0, u, g, u, dest, r, dim, lr, eps, l2)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def adam_update(w, s, g, dest, slots, lr, eps, l2, beta1, beta2, corr1, corr2):
     """s = [m | v]; corr1 = 1 - beta1**t, corr2 = 1 - beta2**t (float32, computed by the caller)."""
     dim = w.shape[1]
-    one = np.float32(1.0)
     for u in prange(w.shape[0]):
         r = slots[u]
         if r < 0:  # a row that trains nothing (not admitted)
             continue
-        for c in range(dim):
-            gc = g[u, c] + l2 * w[u, c]
-            m = beta1 * s[u, c] + (one - beta1) * gc
-            v = beta2 * s[u, dim + c] + (one - beta2) * gc * gc
-            dest[r, dim + c] = m
-            dest[r, 2 * dim + c] = v
-            dest[r, c] = w[u, c] - lr * (m / corr1) / (np.sqrt(v / corr2) + eps)
+        adam_row(w, s, 0, u, g, u, dest, r, dim, lr, eps, l2, beta1, beta2, corr1, corr2)

@@ -59,9 +59,9 @@ class EmbeddedShards:
     authentication; ``client()`` then authenticates the same way. ``max_rows``: each shard's row
     budget (``ps serve --max-rows``). ``tables`` are registered in ``namespace``, with ``quota``
     (``{rows, bytes}`` per shard), and ``client()`` works in that namespace.
-    ``threads``: each shard's numba and OpenMP threads (the run's CPU budget counts a core per
-    embedded shard; each row's update runs on one thread whatever the count, so results do not
-    depend on it).
+    ``threads``: each shard's numba and OpenMP threads, and its ``--shard-threads`` (the run's CPU
+    budget counts a core per embedded shard; each row's update runs on one thread whatever the
+    count, so results do not depend on it).
     """
 
     def __init__(
@@ -90,6 +90,7 @@ class EmbeddedShards:
         self.max_rows = max_rows  # each shard's row budget (ps serve --max-rows; None: its default)
         self.namespace, self.quota = namespace, quota  # of ``tables`` and of ``client()``
         self.env = {**os.environ, "NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+        self.threads = threads
         self.procs: list[subprocess.Popen] = []
         self.endpoints: list[str] = []
         self._closed = False
@@ -123,6 +124,8 @@ class EmbeddedShards:
                 cmd += ["--restore", self.restore[i]]
             if self.max_rows is not None:
                 cmd += ["--max-rows", str(self.max_rows)]
+            if self.threads > 1:
+                cmd += ["--shard-threads", str(self.threads)]
             log = open(d / "server.log", "ab")  # noqa: SIM115 - closed after Popen took it
             try:
                 self.procs.append(subprocess.Popen(cmd + extra, stdin=subprocess.DEVNULL, stdout=log,

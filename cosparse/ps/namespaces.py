@@ -12,6 +12,7 @@ declared by the namespace's REGISTER, within the shard's row budget) and its req
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ _NAME = re.compile(PS_NAME_PATTERN)
 QUOTA_KEY = "store.remote.quota"
 
 
+@functools.lru_cache(maxsize=4096)  # every request names its table: checked once per name
 def split_key(text: str) -> tuple[str, str]:
     """(namespace, table) of a wire table name ``NAMESPACE/TABLE`` or ``TABLE`` (``default``)."""
     ns, sep, name = text.rpartition("/")

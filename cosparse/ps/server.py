@@ -17,6 +17,7 @@ every connection opens a session (HELLO) and each request's counter must grow: s
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -35,6 +36,7 @@ from cosparse.ps import protocol as P
 from cosparse.ps.keys import keygen, read_key_file
 from cosparse.ps.limits import ShardError, ShardLimits
 from cosparse.ps.namespaces import DEFAULT_NAMESPACE, Quota, key_of, split_key
+from cosparse.ps.reply_buffers import ReplyBuffers
 from cosparse.ps.shard import Shard
 from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.ps.table_config import NAME_RE, table_config_from_dict
@@ -67,6 +69,7 @@ class ServeOptions:
     announce: str | None = None  # TCPStore HOST:PORT where this shard publishes its endpoint
     limits: ShardLimits = field(default_factory=ShardLimits)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one request, all frames together
+    shard_threads: int = 1  # numba threads of the PULL/PUSH kernels (each row on one thread)
 
 
 def split_bind(bind: str) -> tuple[str, int]:
@@ -97,7 +100,16 @@ class Server:
             raise ValueError(f"--max-message-bytes {opts.max_message_bytes}: at least "
                              f"{P.MIN_MESSAGE_LIMIT}")
         self.opts = opts
-        self.shard = Shard(opts.shard, opts.num_shards, opts.limits)
+        if opts.shard_threads > 1:
+            import numba
+
+            if opts.shard_threads > numba.config.NUMBA_NUM_THREADS:
+                raise ValueError(f"--shard-threads {opts.shard_threads}: over NUMBA_NUM_THREADS "
+                                 f"({numba.config.NUMBA_NUM_THREADS}); raise it in the environment")
+            numba.set_num_threads(opts.shard_threads)
+        elif opts.shard_threads < 1:
+            raise ValueError(f"--shard-threads {opts.shard_threads}: at least 1")
+        self.shard = Shard(opts.shard, opts.num_shards, opts.limits, threads=opts.shard_threads)
         self.data_dir = Path(opts.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.restored = self.shard.restore(self.data_dir, opts.restore)
@@ -118,6 +130,7 @@ class Server:
         self.sock.bind(addr)
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.running = True
+        self.reply_buffers = ReplyBuffers()
         self.stats = {"requests": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0,
                       "queue_depth": 0, "max_queue_depth": 0, "busy_s": 0.0,
                       "cpu_s_by_op": {}}  # op name -> this thread's CPU seconds answering it
@@ -150,21 +163,23 @@ class Server:
             tmp = self.opts.ready_file + ".tmp"
             Path(tmp).write_text(self.endpoint)
             os.replace(tmp, self.opts.ready_file)
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
+        gc.collect()
+        gc.freeze()  # what start-up built stays out of every later collection
+        # a blocking receive (no poll per message); the timeout is the parent-pid check's period
+        self.sock.setsockopt(zmq.RCVTIMEO, 200)
         while self.running:
-            if not poller.poll(200):
+            try:
+                first = self.sock.recv_multipart(copy=False)
+            except zmq.Again:
                 if self.opts.parent_pid and os.getppid() != self.opts.parent_pid:
                     break  # the process that started us is gone
                 continue
-            batch = []
-            while len(batch) < 1024:
-                try:
-                    batch.append(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
-                except zmq.Again:
-                    break
+            batch = [first]  # and the messages already waiting behind it: the queue depth
+            while len(batch) < 1024 and self.sock.get(zmq.EVENTS) & zmq.POLLIN:
+                batch.append(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
             self.stats["queue_depth"] = len(batch)
-            self.stats["max_queue_depth"] = max(self.stats["max_queue_depth"], len(batch))
+            if len(batch) > self.stats["max_queue_depth"]:
+                self.stats["max_queue_depth"] = len(batch)
             for frames in batch:
                 self._handle(frames)
                 if not self.running:
@@ -289,9 +304,10 @@ class Server:
             rep.text = json.dumps(self._register(req.text))
         elif op == P.OP_PULL:
             _want(a, 1, op)
-            self._check_reply_size(req.text, a[0].shape[0], bool(req.flags & P.FLAG_WITH_STATE))
-            rows, versions, wc = sh.pull(req.text, a[0], bool(req.flags & P.FLAG_WITH_STATE),
-                                         peek=bool(req.flags & P.FLAG_PEEK))
+            with_state = bool(req.flags & P.FLAG_WITH_STATE)
+            out = self._reply_buffers(req.text, a[0].shape[0], with_state)
+            rows, versions, wc = sh.pull(req.text, a[0], with_state,
+                                         peek=bool(req.flags & P.FLAG_PEEK), out=out)
             rep.arrays, rep.arg = [rows, versions], wc
             rep.flags |= req.flags & P.FLAG_WITH_STATE
         elif op == P.OP_PUSH:
@@ -365,17 +381,24 @@ class Server:
             int(reply.arrays[0].shape[0]) if reply.arrays else 0
         self.shard.book.count(ns, P.OP_NAMES[req.op], rows, nbytes, ok)
 
-    def _check_reply_size(self, table: str, n: int, with_state: bool) -> None:
+    def _reply_buffers(self, table: str, n: int, with_state: bool
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+        """A PULL reply's (rows, versions) arrays, views of one buffer (``ReplyBuffers``: reused
+        once its last reply has left) that the kernel fills and ZeroMQ sends without a copy;
+        None when the table is unknown (the pull names it). Refuses a reply over
+        ``--max-message-bytes``."""
         t = self.shard.find(table)
         if t is None:
-            return  # the pull itself names the unknown table
-        nbytes = n * (t.width if with_state else t.dim) * 4
+            return None
+        cols = t.width if with_state else t.dim
+        nbytes = n * cols * 4
         if nbytes > self.opts.max_message_bytes:
             raise ShardError("limit", f"PULL of {n} rows of table '{table}' would make a "
                                       f"{nbytes}-byte reply, over shard {self.shard.index}'s "
                                       f"limit of {self.opts.max_message_bytes} (pull fewer rows "
                                       "per request, or raise ps serve --max-message-bytes)")
-
+        buf = self.reply_buffers.take(n * 8 + nbytes)  # versions first: 8-byte aligned rows
+        return buf[n * 8 :].view(np.float32).reshape(n, cols), buf[: n * 8].view(np.int64)
 
 def _want(arrays: list[np.ndarray], n: int, op: int) -> None:
     if len(arrays) != n:

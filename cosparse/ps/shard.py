@@ -31,7 +31,7 @@ from cosparse.ps.namespaces import (
     split_key,
 )
 from cosparse.ps.protocol import shard_of
-from cosparse.ps.shard_table import ShardTable
+from cosparse.ps.shard_table import ShardTable, check_finite
 from cosparse.ps.snapshot_format import (
     SnapshotError,
     read_table_arrays,
@@ -40,7 +40,6 @@ from cosparse.ps.snapshot_format import (
     write_snapshot,
 )
 from cosparse.ps.table_config import NAME_RE, canonical_config, table_config_from_dict
-from cosparse.store.resident import initial_rows
 
 # (re-exported: where these lived before the shard's parts got modules of their own)
 __all__ = ["NAME_RE", "Shard", "ShardError", "ShardLimits", "ShardTable", "SnapshotError",
@@ -50,7 +49,8 @@ __all__ = ["NAME_RE", "Shard", "ShardError", "ShardLimits", "ShardTable", "Snaps
 class Shard:
     """Shard ``index`` of ``num_shards``: owns the IDs with ``mix64(id) % num_shards == index``."""
 
-    def __init__(self, index: int, num_shards: int, limits: ShardLimits | None = None) -> None:
+    def __init__(self, index: int, num_shards: int, limits: ShardLimits | None = None,
+                 threads: int = 1) -> None:
         if not 0 <= index < num_shards:
             raise ValueError(f"shard index {index} is not in [0, {num_shards})")
         self.index = index
@@ -62,6 +62,7 @@ class Shard:
         self.last_snapshot: str | None = None
         self.lock = threading.Lock()
         self.book = NamespaceBook()  # quotas and request accounting per namespace
+        self.threads = threads  # of each table's PULL/PUSH kernels (``ShardTable.threads``)
 
     # --- tables -----------------------------------------------------------------------------
     def register(self, cfgs: list[TableConfig], namespace: str | list[str] = DEFAULT_NAMESPACE,
@@ -91,7 +92,7 @@ class Shard:
             self.book.set_quota(who, quota if isinstance(quota, Quota) else None)
         for key, ns, cfg in zip(keys, spaces, cfgs, strict=True):
             if key not in self.tables:
-                self.tables[key] = ShardTable(cfg, ns, who)
+                self.tables[key] = ShardTable(cfg, ns, who, threads=self.threads)
         return sorted(self.tables)
 
     def table(self, name: str) -> ShardTable:
@@ -126,81 +127,98 @@ class Shard:
     def _budget(self) -> int:
         return self.limits.max_rows - self.rows
 
-    def _slots(self, t: ShardTable, ids: np.ndarray, create: bool = True) -> np.ndarray:
-        """``t.slots`` within the row budget and the namespace's quota: a request whose new rows
-        do not fit creates none."""
+    def _limits(self, t: ShardTable) -> tuple[int, Quota | None, int | None, int, int]:
+        """(new rows ``t`` may take: the shard's row budget within its namespace's quota, the
+        quota, its room, the rows and bytes the namespace holds)."""
         budget = self._budget()
         quota = self.book.quotas.get(t.namespace)
         rows, nbytes = self.held().get(t.namespace, (0, 0)) if quota is not None else (0, 0)
         room = quota.room(rows, nbytes, t.width * 4) if quota is not None else None
+        return (budget if room is None else min(budget, room)), quota, room, rows, nbytes
+
+    def _refused(self, t: ShardTable, e: ShardError,
+                 lim: tuple[int, Quota | None, int | None, int, int]) -> ShardError:
+        """The error of a request whose new rows do not fit (``e``: the table's own), naming
+        the quota or the row budget that refused them."""
+        budget, quota, room, rows, nbytes = lim
+        if quota is not None and room is not None and room < self._budget():
+            return ShardError("quota", f"namespace '{t.namespace}' is at its quota on shard "
+                                       f"{self.index}: it holds {rows} rows, {nbytes} bytes of "
+                                       f"its quota of {quota.describe()}; {e}; nothing was "
+                                       f"applied (raise {QUOTA_KEY} of namespace "
+                                       f"'{t.namespace}', or add shards)")
+        return ShardError("full", f"shard {self.index}'s row budget is full: it holds "
+                                  f"{self.rows} of {self.limits.max_rows} rows; {e} (raise ps "
+                                  "serve --max-rows / store.remote.max_rows, or add shards)")
+
+    def _slots(self, t: ShardTable, ids: np.ndarray, create: bool = True) -> np.ndarray:
+        """``t.slots`` within the row budget and the namespace's quota: a request whose new rows
+        do not fit creates none."""
+        lim = self._limits(t)
         try:
-            return t.slots(ids, create, budget if room is None else min(budget, room))
+            return t.slots(ids, create, lim[0])
         except ShardError as e:
             if e.kind != "full":
                 raise
-            if quota is not None and room is not None and room < budget:
-                raise ShardError("quota", f"namespace '{t.namespace}' is at its quota on shard "
-                                          f"{self.index}: it holds {rows} rows, {nbytes} bytes of "
-                                          f"its quota of {quota.describe()}; {e}; nothing was "
-                                          f"applied (raise {QUOTA_KEY} of namespace "
-                                          f"'{t.namespace}', or add shards)") from e
-            raise ShardError("full", f"shard {self.index}'s row budget is full: it holds "
-                                     f"{self.rows} of {self.limits.max_rows} rows; {e} (raise ps "
-                                     "serve --max-rows / store.remote.max_rows, or add shards)") from e
+            raise self._refused(t, e, lim) from e
 
-    def _check_ids(self, ids: np.ndarray) -> np.ndarray:
+    def _check_ids(self, ids: np.ndarray, owners: bool = True) -> np.ndarray:
+        """``ids`` as the kernels take them; ``owners``: refuse IDs of other shards here (the
+        fused kernels of PULL and PUSH check that themselves)."""
         if ids.dtype != np.int64 or ids.ndim != 1:
             raise ShardError("request", "IDs must be a 1-D int64 array")
         if ids.shape[0] > self.limits.max_request_rows:
             raise ShardError("limit", f"{ids.shape[0]} IDs in one request; shard {self.index} "
                                       f"takes at most {self.limits.max_request_rows} "
                                       "(ps serve --max-request-rows)")
-        if self.num_shards > 1:
+        if owners and self.num_shards > 1:
             foreign = shard_of(ids, self.num_shards) != self.index
             if foreign.any():
                 bad = ids[foreign][:3].tolist()
                 raise ShardError("owner", f"shard {self.index}/{self.num_shards} does not own "
                                           f"{int(foreign.sum())} of the IDs (e.g. {bad})")
-        return ids
+        return np.ascontiguousarray(ids)
 
     # --- requests ---------------------------------------------------------------------------
-    def pull(self, name: str, ids: np.ndarray, with_state: bool = False, peek: bool = False
+    def pull(self, name: str, ids: np.ndarray, with_state: bool = False, peek: bool = False,
+             out: tuple[np.ndarray, np.ndarray] | None = None
              ) -> tuple[np.ndarray, np.ndarray, int]:
         """(rows [n, dim] or [n, dim+state], versions [n], write counter); creates unknown rows,
-        unless ``peek``: then they read their initial value, version -1, and nothing changes."""
+        unless ``peek``: then they read their initial value, version -1, and nothing changes.
+        ``out``: the (rows, versions) arrays to fill (e.g. views of a reply buffer)."""
         t = self.table(name)
-        ids = self._check_ids(ids)
-        slots = self._slots(t, ids, create=not peek)
-        found = slots >= 0
-        if found.all():
-            return t.read(slots, with_state), t.versions[slots], self.write_counter
-        rows = np.empty((ids.shape[0], t.width if with_state else t.dim), dtype=np.float32)
-        versions = np.full(ids.shape[0], -1, dtype=np.int64)
-        rows[found] = t.read(slots[found], with_state)
-        versions[found] = t.versions[slots[found]]
-        fresh = initial_rows(t.cfg, t.width, ids[~found])
-        rows[~found] = fresh if with_state else fresh[:, : t.dim]
+        ids = self._check_ids(ids, owners=False)
+        lim = self._limits(t)
+        try:
+            rows, versions = t.pull(ids, with_state, peek, lim[0], self.index, self.num_shards,
+                                    out)
+        except ShardError as e:
+            if e.kind != "full":
+                raise
+            raise self._refused(t, e, lim) from e
         return rows, versions, self.write_counter
 
     def dump(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Every row of a table with its optimizer state: (ids, rows [n, dim + state])."""
         t = self.table(name)
-        slots = t.tier.occupied_slots()
-        return t.tier.slot_ids[slots], t.tier.read(slots)
+        return t.slot_ids[: t.rows].copy(), t.slab[: t.rows].copy()
 
     def push(self, name: str, ids: np.ndarray, grads: np.ndarray, step: int) -> int:
         """Apply the optimizer to unique ``ids`` with ``grads`` [n, dim] at 1-based ``step``."""
         t = self.table(name)
-        ids = self._check_ids(ids)
+        ids = self._check_ids(ids, owners=False)
         if grads.dtype != np.float32 or grads.shape != (ids.shape[0], t.dim):
             raise ShardError("request", f"grads must be float32 [{ids.shape[0]}, {t.dim}], got "
                                         f"{grads.dtype} {list(grads.shape)}")
         if step < 1:
             raise ShardError("request", f"step must be >= 1, got {step}")
-        _check_finite(t.label, "gradients", ids, grads)
-        self._check_unique(ids)
-        slots = self._slots(t, ids)
-        t.apply(slots, grads, step)
+        lim = self._limits(t)
+        try:
+            t.push(ids, np.ascontiguousarray(grads), step, lim[0], self.index, self.num_shards)
+        except ShardError as e:
+            if e.kind != "full":
+                raise
+            raise self._refused(t, e, lim) from e
         self.write_counter += 1
         return self.write_counter
 
@@ -211,7 +229,7 @@ class Shard:
         if rows.dtype != np.float32 or rows.shape != (ids.shape[0], t.width):
             raise ShardError("request", f"rows must be float32 [{ids.shape[0]}, {t.width}], got "
                                         f"{rows.dtype} {list(rows.shape)}")
-        _check_finite(t.label, "rows", ids, rows)
+        check_finite(t.label, "rows", ids, rows)
         self._check_unique(ids)
         slots = self._slots(t, ids)
         t.write(slots, rows)
@@ -234,6 +252,7 @@ class Shard:
             "rows": self.rows,
             "last_snapshot": self.last_snapshot,
             "limits": dataclasses.asdict(self.limits),
+            "threads": self.threads,
         }
 
     # --- snapshots --------------------------------------------------------------------------
@@ -262,14 +281,14 @@ class Shard:
                 t = self.tables[key_of(ns, cfg.name)]
                 ids, rows, vers = read_table_arrays(d, tname, tm, t.width)
                 slots = t.slots(ids.astype(np.int64))
-                t.tier.write(slots, rows.astype(np.float32))
+                t.slab[slots] = rows.astype(np.float32)
                 t.versions[slots] = vers
-                t.tier.dirty[slots] = False
+                t.clean(slots)
             self.write_counter = int(m["write_counter"])
         self.snapshot_seq = seq_of(latest)
         self.last_snapshot = latest
         for t in self.tables.values():  # rows created by restore itself are clean
-            t.tier.dirty[:] = False
+            t.clean()
         return latest
 
 
@@ -293,12 +312,3 @@ def _flat(d: dict, prefix: str = "") -> dict:
             out[f"{prefix}{k}"] = v
     return out
 
-
-def _check_finite(table: str, what: str, ids: np.ndarray, values: np.ndarray) -> None:
-    """Refuse NaN or infinite values: one would poison a row for good."""
-    ok = np.isfinite(values).all(axis=1)
-    if not ok.all():
-        bad = np.flatnonzero(~ok)
-        raise ShardError("request", f"table '{table}': refused {what} with NaN or infinite values "
-                                    f"in {bad.shape[0]} of {ids.shape[0]} rows (e.g. ID "
-                                    f"{int(ids[bad[0]])}); nothing was applied")

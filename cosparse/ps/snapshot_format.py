@@ -61,10 +61,10 @@ def write_snapshot(root: str | Path, tables: Mapping[str, ShardTable], shard: in
                     "shard": shard, "num_shards": num_shards,
                     "write_counter": write_counter, "tables": {}}
         for i, (tname, t) in enumerate(sorted(tables.items())):
-            occ = t.tier.occupied_slots()
-            slots = occ[t.tier.dirty[occ]] if incremental else occ
+            occ = t.occupied_slots()
+            slots = occ[t.dirty] if incremental else occ
             files = {}
-            for suffix, arr in (("ids", t.tier.slot_ids[slots]), ("rows", t.tier.read(slots)),
+            for suffix, arr in (("ids", t.slot_ids[slots]), ("rows", t.read(slots, True)),
                                 ("versions", t.versions[slots])):
                 fname = f"t{i}.{suffix}.npy"
                 files[fname] = _write_npy(tmp / fname, arr)
@@ -85,7 +85,7 @@ def write_snapshot(root: str | Path, tables: Mapping[str, ShardTable], shard: in
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     for t, slots in written:
-        t.tier.dirty[slots] = False
+        t.clean(slots)
     return name, seq
 
 

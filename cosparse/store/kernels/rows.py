@@ -31,6 +31,35 @@ def gather_rows(slab, slots, dim, out_w, out_s):
             out_s[u, c - dim] = slab[s, c]
 
 
+@numba.njit(inline="always")
+def init_seed(seed):
+    """The per-table seed mix that ``init_row`` takes (``seed``: the table's seed)."""
+    return mix64(np.uint64(seed) * GOLDEN + np.uint64(0x632BE59BD9B4E019))
+
+
+@numba.njit(inline="always")
+def init_row(slab, r, id_, s64, dim, kind, a, b, state_value, col0):
+    """Initialise ``slab[r]`` for ID ``id_`` (``s64 = init_seed(seed)``): ``_init_rows``'s
+    arithmetic for one row, inlined where a kernel creates rows one at a time (the parameter
+    server's fused kernels, which must not call a cached dispatcher that may hold a parallel
+    build). Bit-identical to ``_init_rows`` (tests/test_ps_shard_kernels.py checks it)."""
+    width = slab.shape[1]
+    base = mix64(s64 ^ np.uint64(id_))
+    for c in range(dim):
+        cc = col0 + c
+        h1 = mix64(base + np.uint64(2 * cc + 1) * GOLDEN)
+        u1 = np.float64(h1 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+        if kind == 0:
+            slab[r, c] = np.float32(a + (b - a) * u1)
+        else:
+            h2 = mix64(base + np.uint64(2 * cc + 2) * GOLDEN)
+            u2 = np.float64(h2 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+            z = np.sqrt(-2.0 * np.log(1.0 - u1)) * np.cos(2.0 * np.pi * u2)
+            slab[r, c] = np.float32(a * z)
+    for c in range(dim, width):
+        slab[r, c] = state_value
+
+
 def _init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value, col0):
     """Initialise rows ``slots`` for ``ids``: each value is a pure function of (seed, id, column).
 
