@@ -77,7 +77,6 @@ class Tier:
         self.policy = POLICIES[policy]
         self.policy_name = policy
         self.log_decay = float(np.log(decay)) if policy == "hotness" else 0.0
-        self.hand = 0
         self.map = IdMap(expected=capacity or initial_rows)
         self.future = FutureUses()  # filled only for the device tier, by the planner
         self.retired = np.zeros(0, dtype=np.int64)  # free slots taken out of use (resize)
@@ -197,11 +196,12 @@ class Tier:
 
     # --- eviction -----------------------------------------------------------------------------
     def victims(self, n: int, now: int) -> np.ndarray:
-        """Up to ``n`` unpinned slots with the lowest policy score (CLOCK-style sweep in numba)."""
+        """Up to ``n`` unpinned slots with the lowest (policy score, slot), rows the horizon
+        needs last (``kernels.select_victims``)."""
         out = np.empty(max(n, 0), dtype=np.int64)
-        found, self.hand = kernels.select_victims(
+        found = kernels.select_victims(
             self.policy, self.occupied, self.pins, self.counts, self.last, now, self.log_decay,
-            self.hand, n, out, self.wanted,
+            n, out, self.wanted, 0,
         )
         return out[:found]
 
