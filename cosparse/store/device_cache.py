@@ -39,7 +39,6 @@ class DeviceCache(SlabRows):
         self.counters = TableCounters()
         self.lock = CountedLock("lock.table")  # planner thread vs trainer
         self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned
-        self._unwant_in_plan = False
 
     @property
     def slab_array(self) -> np.ndarray | None:
@@ -90,9 +89,6 @@ class DeviceCache(SlabRows):
             slots = dev.lookup(unique)
             hit = slots >= 0
             kernels.add_pins(slots[hit], dev.pins, 1)
-            if self._unwant_in_plan:  # this batch just left the horizon
-                kernels.add_pins(slots[hit], dev.wanted, -1)
-                self._unwant_in_plan = False
             miss_ids = unique[~hit]
             c.lookups += unique.shape[0]
             c.device_hits += int(hit.sum())
@@ -170,4 +166,3 @@ class DeviceCache(SlabRows):
                 self.release(seq)
             self.dev.future.clear()
             self.dev.wanted[:] = 0
-            self._unwant_in_plan = False

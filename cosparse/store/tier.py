@@ -20,28 +20,42 @@ POLICIES = {"lru": kernels.POLICY_LRU, "lfu": kernels.POLICY_LFU, "hotness": ker
 
 
 class FutureUses:
-    """ID -> number of batches in the planning horizon (beyond the pinned window) that need it."""
+    """The planning horizon of a device tier (``kernels.future``): ID -> tag of the latest batch
+    in the horizon that needs it. Batches are tagged 1, 2, ... as they ``enter`` and ``leave`` in
+    that order; an ID (and a device slot, through the tier's ``wanted``) is needed while its tag
+    is above ``left``. Leaving costs nothing: stale entries go when the map is rebuilt."""
 
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.int64)
         self.vals = np.zeros(0, dtype=np.int32)
-        self.size = 0
+        self.size = 0  # keys held, live or stale
+        self.entered = 0
+        self.left = 0
 
-    def add(self, ids: np.ndarray, delta: int) -> None:
-        need = self.size + (ids.shape[0] if delta > 0 else 0)
-        if need > 0.7 * self.keys.shape[0]:
-            cap = 1 << max(10, int(need / 0.5).bit_length())
-            old_k, old_v = self.keys, self.vals
-            self.keys = np.zeros(cap, dtype=np.int64)
-            self.vals = np.full(cap, -1, dtype=np.int32)
-            live = old_v > 0
-            self.size = 0
-            for value in np.unique(old_v[live]):  # one batched insert per distinct count
-                sel = old_v == value
-                self.size += int(kernels.future_add(self.keys, self.vals, old_k[sel], int(value)))
-        self.size += int(kernels.future_add(self.keys, self.vals, ids, delta))
+    def enter(self, ids: np.ndarray, dev_map: IdMap, wanted: np.ndarray) -> None:
+        """A batch's unique ``ids`` enter the horizon; the device rows among them (``dev_map``)
+        get its tag in ``wanted``."""
+        if self.size + ids.shape[0] > 0.7 * self.keys.shape[0]:
+            self._rebuild(ids.shape[0])
+        self.entered += 1
+        self.size += int(kernels.future_enter(self.keys, self.vals, ids, self.entered,
+                                              dev_map.keys, dev_map.vals, wanted))
+
+    def leave(self) -> None:
+        """The oldest batch in the horizon leaves it (to be planned)."""
+        self.left += 1
+
+    def _rebuild(self, extra: int) -> None:
+        """Drop the stale entries, sized so the live ones and ``extra`` fill at most half."""
+        live = int(np.count_nonzero(self.vals > self.left))
+        cap = 1 << max(10, int((live + extra) / 0.5).bit_length())
+        keys = np.zeros(cap, dtype=np.int64)
+        vals = np.full(cap, -1, dtype=np.int32)
+        self.size = int(kernels.future_rehash(self.keys, self.vals, keys, vals, self.left))
+        self.keys, self.vals = keys, vals
 
     def get(self, ids: np.ndarray) -> np.ndarray:
+        """The tag of each of ``ids`` (0: never in the horizon)."""
         out = np.empty(ids.shape[0], dtype=np.int32)
         kernels.future_get(self.keys, self.vals, ids, out)
         return out
@@ -87,7 +101,8 @@ class Tier:
         self.occupied = np.zeros(cap, dtype=np.bool_)
         self.dirty = np.zeros(cap, dtype=np.bool_)
         self.pins = np.zeros(cap, dtype=np.int32)
-        self.wanted = np.zeros(cap, dtype=np.int32)  # batches in the horizon that need the row
+        # the tag of the latest batch in the horizon that needs the row (``FutureUses``)
+        self.wanted = np.zeros(cap, dtype=np.int32)
         self.counts = np.zeros(cap, dtype=np.float32)
         self.last = np.zeros(cap, dtype=np.int64)
         self.free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pops 0, 1, 2, ...
@@ -201,7 +216,7 @@ class Tier:
         out = np.empty(max(n, 0), dtype=np.int64)
         found = kernels.select_victims(
             self.policy, self.occupied, self.pins, self.counts, self.last, now, self.log_decay,
-            n, out, self.wanted, 0,
+            n, out, self.wanted, self.future.left,
         )
         return out[:found]
 

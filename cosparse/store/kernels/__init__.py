@@ -11,7 +11,8 @@ one module per job:
 * ``idmap``: the ID -> slot map (``map_*``);
 * ``batch``: per-batch ``dedup`` and ``transpose_bags``;
 * ``rows``: ``gather_rows``, ``init_rows``, ``take_rows`` / ``put_rows`` / ``move_rows``;
-* ``future``: future uses of IDs beyond the pinned window (``future_add`` / ``future_get``);
+* ``future``: the horizon, the latest batch beyond the pinned window that needs an ID
+  (``future_enter`` / ``future_get`` / ``future_rehash``);
 * ``eviction``: access statistics, pins and ``select_victims`` (``POLICY_*``);
 * ``sketch``: admission by a count-min sketch (``cms_observe``).
 
@@ -28,7 +29,7 @@ from cosparse.store.kernels.eviction import (
     select_victims,
     touch,
 )
-from cosparse.store.kernels.future import future_add, future_get
+from cosparse.store.kernels.future import future_enter, future_get, future_rehash
 from cosparse.store.kernels.hashing import mix64
 from cosparse.store.kernels.idmap import (
     map_erase,
@@ -54,8 +55,9 @@ __all__ = [
     "add_pins",
     "cms_observe",
     "dedup",
-    "future_add",
+    "future_enter",
     "future_get",
+    "future_rehash",
     "gather_rows",
     "init_rows",
     "init_rows_serial",
