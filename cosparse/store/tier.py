@@ -149,6 +149,25 @@ class Tier:
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         return self.map.lookup(ids)
 
+    def lookup_and_pin(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """Slots of unique ``ids`` (-1: absent), each present one pinned once; and how many."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        slots = np.empty(ids.shape[0], dtype=np.int64)
+        hits = kernels.plan_hits(self.map.keys, self.map.vals, ids, slots, self.pins)
+        return slots, int(hits)
+
+    def admit(self, ids: np.ndarray, slots: np.ndarray, counts: np.ndarray, last: np.ndarray,
+              dirty: np.ndarray, batch_slots: np.ndarray, now: int, train_dirty: bool) -> None:
+        """``put`` absent ``ids`` (rows already written) into allocated ``slots``, pinned once and
+        tagged from the horizon, then ``touch`` every one of ``batch_slots`` at ``now`` (and
+        mark it dirty when ``train_dirty``): ``kernels.admit``, one pass each."""
+        self.map.reserve(ids.shape[0])
+        kernels.admit(self.map.keys, self.map.vals, np.ascontiguousarray(ids, dtype=np.int64),
+                      slots, counts, last, dirty, self.future.keys, self.future.vals,
+                      self.slot_ids, self.occupied, self.dirty, self.pins, self.wanted,
+                      self.counts, self.last, batch_slots, now, self.log_decay, train_dirty)
+        self.map.size += int(ids.shape[0])
+
     def alloc(self, n: int) -> np.ndarray:
         """Take ``n`` free slots (growing an unbounded tier)."""
         if n > self.n_free:
