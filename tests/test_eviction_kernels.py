@@ -60,3 +60,19 @@ def test_select_victims_takes_needed_rows_last_and_never_pinned_ones() -> None:
                                    out, wanted, 0)
     # the 4 unneeded rows first (slots 6..9), then the coldest needed ones (5, 4)
     assert found == 6 and sorted(out[:4].tolist()) == [6, 7, 8, 9] and sorted(out[4:].tolist()) == [4, 5]
+
+
+def test_select_victims_without_a_horizon_reads_no_wanted_array() -> None:
+    """A tier without a horizon passes an empty ``wanted``: no row is needed, nothing is read."""
+    rng = np.random.default_rng(9)
+    cap = 500
+    occupied = rng.random(cap) < 0.8
+    pins = (rng.random(cap) < 0.2).astype(np.int32)
+    counts = rng.integers(1, 9, cap).astype(np.float32)
+    last = rng.integers(0, 30, cap).astype(np.int64)
+    out = np.empty(120, np.int64)
+    found = kernels.select_victims(kernels.POLICY_LFU, occupied, pins, counts, last, 30, 0.0, 120,
+                                   out, np.zeros(0, np.int32), 0)
+    expect = _reference(kernels.POLICY_LFU, occupied, pins, counts, last, 30, 0.0, 120,
+                        np.zeros(cap, np.int32), 0)
+    assert found == 120 and np.array_equal(np.sort(out), np.sort(expect))

@@ -35,7 +35,7 @@ class DeviceCache(SlabRows):
     def _init_cache(self, cfg: TableConfig, device: torch.device, rows: int, policy: str,
                     decay: float) -> None:
         self._init_layout(cfg, device)
-        self.dev = Tier("device", rows, self.width, device, policy, decay)
+        self.dev = Tier("device", rows, self.width, device, policy, decay, horizon=True)
         self.counters = TableCounters()
         self.lock = CountedLock("lock.table")  # planner thread vs trainer
         self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned

@@ -81,6 +81,7 @@ class Tier:
         policy: str = "hotness",
         decay: float = 0.99,
         initial_rows: int = 1024,
+        horizon: bool = False,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown eviction policy '{policy}' (use {', '.join(POLICIES)})")
@@ -92,7 +93,9 @@ class Tier:
         self.policy_name = policy
         self.log_decay = float(np.log(decay)) if policy == "hotness" else 0.0
         self.map = IdMap(expected=capacity or initial_rows)
-        self.future = FutureUses()  # filled only for the device tier, by the planner
+        # the planning horizon: a device tier's only (other tiers keep empty arrays)
+        self.horizon = horizon
+        self.future = FutureUses()
         self.retired = np.zeros(0, dtype=np.int64)  # free slots taken out of use (resize)
         self._alloc(capacity or initial_rows)
 
@@ -102,7 +105,7 @@ class Tier:
         self.dirty = np.zeros(cap, dtype=np.bool_)
         self.pins = np.zeros(cap, dtype=np.int32)
         # the tag of the latest batch in the horizon that needs the row (``FutureUses``)
-        self.wanted = np.zeros(cap, dtype=np.int32)
+        self.wanted = np.zeros(cap if self.horizon else 0, dtype=np.int32)
         self.counts = np.zeros(cap, dtype=np.float32)
         self.last = np.zeros(cap, dtype=np.int64)
         self.free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pops 0, 1, 2, ...
@@ -189,7 +192,8 @@ class Tier:
         self.occupied[slots] = True
         self.dirty[slots] = dirty
         self.pins[slots] = 0
-        self.wanted[slots] = 0
+        if self.horizon:
+            self.wanted[slots] = 0
         self.counts[slots] = counts
         self.last[slots] = last
         if rows is not None:

@@ -95,10 +95,10 @@ def select_victims(policy, occupied, pins, counts, last, now, log_decay, n, out,
     the buffer), scored, and a partial sort (``np.partition``, on the scores under a sampled
     bound) finds the n-th lowest score: work linear in the tier's slots, with a score (a log,
     for hotness) only for the evictable ones. Rows that a batch in the horizon will need
-    (``wanted[s] > floor``) are taken only when the others run out, again lowest score first.
-    Returns the number found; fewer than ``n`` means too many slots are pinned. This replaces
-    a sampled-threshold CLOCK sweep that scored every unpinned slot and kept approximately the
-    lowest: the exact choice evicts no hotter row.
+    (``wanted[s] > floor``; ``wanted`` empty: none) are taken only when the others run out,
+    again lowest score first. Returns the number found; fewer than ``n`` means too many slots
+    are pinned. This replaces a sampled-threshold CLOCK sweep that scored every unpinned slot
+    and kept approximately the lowest: the exact choice evicts no hotter row.
 
     Hand-written (numba): a numpy version needs several boolean masks and fancy-index copies
     of the tier's arrays per call, on the planner thread, for every batch and table.
@@ -107,18 +107,19 @@ def select_victims(policy, occupied, pins, counts, last, now, log_decay, n, out,
     found = 0
     if n <= 0:
         return 0
+    horizon = wanted.shape[0] > 0  # empty: a tier without a horizon, no row is needed
     # round 0: rows no batch in the horizon needs; round 1: the needed ones (a preference only).
     # The passes over the slots are branch-free: the flags are random, mispredictions dominate.
     for rnd in range(2):
         need = rnd == 1
         m = 0
         for s in range(cap):
-            m += occupied[s] & (pins[s] == 0) & ((wanted[s] > floor) == need)
+            m += occupied[s] & (pins[s] == 0) & ((horizon and wanted[s] > floor) == need)
         cand = np.empty(m + 1, dtype=np.int64)
         m = 0
         for s in range(cap):
             cand[m] = s
-            m += occupied[s] & (pins[s] == 0) & ((wanted[s] > floor) == need)
+            m += occupied[s] & (pins[s] == 0) & ((horizon and wanted[s] > floor) == need)
         cand = cand[:m]
         score = np.empty(m, dtype=np.float64)
         for i in range(m):
