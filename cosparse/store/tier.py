@@ -298,7 +298,7 @@ class Tier:
         """Bytes of everything the tier keeps beside its slab of rows (and their optimizer
         state), by kind, at the arrays' full capacity: ``id_map`` (the ID->slot map),
         ``slot_maps`` (slot->ID, the free stack, retired slots), ``flags`` (occupied, dirty,
-        pins), ``hotness`` (counts, last use) and ``horizon`` (wanted counts, future uses)."""
+        pins), ``hotness`` (counts, last use) and ``horizon`` (wanted tags, the future-use map)."""
         return {
             "id_map": self.map.nbytes,
             "slot_maps": int(self.slot_ids.nbytes + self.free.nbytes + self.retired.nbytes),
