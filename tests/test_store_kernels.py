@@ -72,28 +72,41 @@ def test_idmap_erase_by_backward_shift_keeps_every_other_key_reachable():
     assert m.size == ids.shape[0] and int((m.vals >= 0).sum()) == ids.shape[0]
 
 
-def test_future_uses_count_batches_in_the_horizon():
+def test_future_uses_tag_the_latest_batch_in_the_horizon():
+    """Each ID carries the tag of the latest batch that entered with it; an ID is needed while
+    that tag is above the batches that left, through rebuilds that drop stale entries."""
+    from cosparse.store.hashmap import IdMap
     from cosparse.store.tier import FutureUses
 
     rng = np.random.default_rng(5)
     f = FutureUses()
-    batches = [np.unique(rng.integers(0, 5000, 3000)) for _ in range(6)]
-    for b in batches:  # grows (rehashes) on the way
-        f.add(b, +1)
-    for b in batches[:4]:
-        f.add(b, -1)
-    expect = {}
-    for b in batches[4:]:
-        for x in b.tolist():
-            expect[x] = expect.get(x, 0) + 1
-    live = f.vals > 0
-    got = dict(zip(f.keys[live].tolist(), f.vals[live].tolist(), strict=True))
-    assert got == expect and f.size == len(expect)
+    dev = IdMap(expected=100)
+    dev_ids = np.arange(0, 5000, 50, dtype=np.int64)
+    dev.insert(dev_ids, np.arange(dev_ids.shape[0], dtype=np.int64))
+    wanted = np.zeros(dev_ids.shape[0], dtype=np.int32)
+    batches = [np.unique(rng.integers(0, 5000 + 2000 * i, 3000)) for i in range(12)]
+    horizon = 4
+    for i, b in enumerate(batches):
+        if i >= horizon:
+            f.leave()
+        f.enter(b, dev, wanted)  # grows and rebuilds on the way
+        window = batches[max(0, i - horizon + 1) : i + 1]
+        needed = np.unique(np.concatenate(window))
+        probe = np.arange(0, 5000 + 2000 * i, dtype=np.int64)
+        assert np.array_equal(f.get(probe) > f.left, np.isin(probe, needed)), i
+        assert np.array_equal(wanted > f.left, np.isin(dev_ids, needed)), i
+        latest = np.zeros(probe.shape[0], dtype=np.int64)
+        for k, w in enumerate(batches[: i + 1]):
+            latest[np.isin(probe, w)] = k + 1
+        live = latest > f.left  # a stale tag may be gone after a rebuild, never a live one
+        got = f.get(probe)
+        assert np.array_equal(got[live], latest[live]) and np.all(got[~live] <= f.left), i
+    assert f.size <= 0.7 * f.keys.shape[0] and f.left == len(batches) - horizon
 
 
-def test_wanted_counts_match_the_horizon_after_planning():
-    """Per device slot, ``wanted`` = batches in the horizon that need the row, kept exact through
-    fetches, evictions and batches leaving the horizon."""
+def test_wanted_marks_match_the_horizon_after_planning():
+    """Per device slot, ``wanted`` is above the batches that left exactly when a batch in the
+    horizon needs the row, kept through fetches, evictions and batches leaving the horizon."""
     import torch
 
     from cosparse.config import TableConfig
@@ -115,7 +128,7 @@ def test_wanted_counts_match_the_horizon_after_planning():
         window = batches[seq + 1 : seq + 1 + horizon]
         dev = table.dev
         occ = dev.occupied_slots()
-        expect = np.zeros(occ.shape[0], dtype=np.int32)
+        expect = np.zeros(occ.shape[0], dtype=np.bool_)
         for w in window:
-            expect += np.isin(dev.slot_ids[occ], w)
-        assert np.array_equal(dev.wanted[occ], expect), seq
+            expect |= np.isin(dev.slot_ids[occ], w)
+        assert np.array_equal(dev.wanted[occ] > dev.future.left, expect), seq

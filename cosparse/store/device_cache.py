@@ -35,11 +35,10 @@ class DeviceCache(SlabRows):
     def _init_cache(self, cfg: TableConfig, device: torch.device, rows: int, policy: str,
                     decay: float) -> None:
         self._init_layout(cfg, device)
-        self.dev = Tier("device", rows, self.width, device, policy, decay)
+        self.dev = Tier("device", rows, self.width, device, policy, decay, horizon=True)
         self.counters = TableCounters()
         self.lock = CountedLock("lock.table")  # planner thread vs trainer
         self._pinned: dict[int, np.ndarray] = {}  # batch sequence -> device slots it pinned
-        self._unwant_in_plan = False
 
     @property
     def slab_array(self) -> np.ndarray | None:
@@ -87,15 +86,11 @@ class DeviceCache(SlabRows):
             if self.ttl_steps and seq % max(1, self.ttl_steps // 4) == 0:
                 self._expire(seq - self.ttl_steps)
             dev, c = self.dev, self.counters
-            slots = dev.lookup(unique)
+            slots, n_hits = dev.lookup_and_pin(unique)
             hit = slots >= 0
-            kernels.add_pins(slots[hit], dev.pins, 1)
-            if self._unwant_in_plan:  # this batch just left the horizon
-                kernels.add_pins(slots[hit], dev.wanted, -1)
-                self._unwant_in_plan = False
             miss_ids = unique[~hit]
             c.lookups += unique.shape[0]
-            c.device_hits += int(hit.sum())
+            c.device_hits += n_hits
             evicted = c.evictions_device
             try:
                 room = dev.make_room(miss_ids.shape[0], seq, lambda v: self._evict(v, seq),
@@ -147,14 +142,13 @@ class DeviceCache(SlabRows):
         with self.lock:
             dev = self.dev
             if target is not None:
-                dirty = False if self.write_through else target.dirty
-                dev.put(plan.miss_ids, plan.miss_slots, None, target.counts, target.last, dirty)
-                if dev.future.size:
-                    dev.wanted[plan.miss_slots] = dev.future.get(plan.miss_ids)
-                kernels.add_pins(plan.miss_slots, dev.pins, 1)
-            dev.touch(plan.slots, plan.seq)
-            if not self.write_through:
-                dev.dirty[plan.slots] = True  # the batch will train these rows
+                counts, last = target.counts, target.last
+                dirty = np.zeros_like(target.dirty) if self.write_through else target.dirty
+            else:
+                counts = last = plan.miss_ids[:0]
+                dirty = np.zeros(0, dtype=np.bool_)
+            dev.admit(plan.miss_ids, plan.miss_slots, counts.astype(np.float32, copy=False),
+                      last, dirty, plan.slots, plan.seq, not self.write_through)
             self._pinned[plan.seq] = plan.slots
 
     def release(self, seq: int) -> None:
@@ -170,4 +164,3 @@ class DeviceCache(SlabRows):
                 self.release(seq)
             self.dev.future.clear()
             self.dev.wanted[:] = 0
-            self._unwant_in_plan = False

@@ -34,7 +34,8 @@ class IdMap:
         """Bytes of the map's arrays (its whole capacity, not only the live entries)."""
         return int(self.keys.nbytes + self.vals.nbytes)
 
-    def _reserve(self, extra: int) -> None:
+    def reserve(self, extra: int) -> None:
+        """Room for ``extra`` more entries within the load limit (rehashing into a larger map)."""
         need = self.size + extra
         if need <= _MAX_LOAD * self.capacity:
             return
@@ -50,7 +51,7 @@ class IdMap:
         IDs not yet present get new slots ``first_new_slot ..`` in the order they appear.
         """
         ids = np.ascontiguousarray(ids, dtype=np.int64)
-        self._reserve(ids.shape[0])
+        self.reserve(ids.shape[0])
         slots = out if out is not None else np.empty(ids.shape[0], dtype=np.int64)
         first_new = self.size
         nxt = kernels.map_lookup_or_insert(self.keys, self.vals, ids, slots, self.size, 2**31 - 1)
@@ -61,7 +62,7 @@ class IdMap:
 
     def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
         """Insert absent, unique ``ids`` with the given ``slots``."""
-        self._reserve(ids.shape[0])
+        self.reserve(ids.shape[0])
         kernels.map_insert(self.keys, self.vals, np.ascontiguousarray(ids, dtype=np.int64), slots)
         self.size += int(ids.shape[0])
 

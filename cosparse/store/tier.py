@@ -20,28 +20,42 @@ POLICIES = {"lru": kernels.POLICY_LRU, "lfu": kernels.POLICY_LFU, "hotness": ker
 
 
 class FutureUses:
-    """ID -> number of batches in the planning horizon (beyond the pinned window) that need it."""
+    """The planning horizon of a device tier (``kernels.future``): ID -> tag of the latest batch
+    in the horizon that needs it. Batches are tagged 1, 2, ... as they ``enter`` and ``leave`` in
+    that order; an ID (and a device slot, through the tier's ``wanted``) is needed while its tag
+    is above ``left``. Leaving costs nothing: stale entries go when the map is rebuilt."""
 
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.int64)
         self.vals = np.zeros(0, dtype=np.int32)
-        self.size = 0
+        self.size = 0  # keys held, live or stale
+        self.entered = 0
+        self.left = 0
 
-    def add(self, ids: np.ndarray, delta: int) -> None:
-        need = self.size + (ids.shape[0] if delta > 0 else 0)
-        if need > 0.7 * self.keys.shape[0]:
-            cap = 1 << max(10, int(need / 0.5).bit_length())
-            old_k, old_v = self.keys, self.vals
-            self.keys = np.zeros(cap, dtype=np.int64)
-            self.vals = np.full(cap, -1, dtype=np.int32)
-            live = old_v > 0
-            self.size = 0
-            for value in np.unique(old_v[live]):  # one batched insert per distinct count
-                sel = old_v == value
-                self.size += int(kernels.future_add(self.keys, self.vals, old_k[sel], int(value)))
-        self.size += int(kernels.future_add(self.keys, self.vals, ids, delta))
+    def enter(self, ids: np.ndarray, dev_map: IdMap, wanted: np.ndarray) -> None:
+        """A batch's unique ``ids`` enter the horizon; the device rows among them (``dev_map``)
+        get its tag in ``wanted``."""
+        if self.size + ids.shape[0] > 0.7 * self.keys.shape[0]:
+            self._rebuild(ids.shape[0])
+        self.entered += 1
+        self.size += int(kernels.future_enter(self.keys, self.vals, ids, self.entered,
+                                              dev_map.keys, dev_map.vals, wanted))
+
+    def leave(self) -> None:
+        """The oldest batch in the horizon leaves it (to be planned)."""
+        self.left += 1
+
+    def _rebuild(self, extra: int) -> None:
+        """Drop the stale entries, sized so the live ones and ``extra`` fill at most half."""
+        live = int(np.count_nonzero(self.vals > self.left))
+        cap = 1 << max(10, int((live + extra) / 0.5).bit_length())
+        keys = np.zeros(cap, dtype=np.int64)
+        vals = np.full(cap, -1, dtype=np.int32)
+        self.size = int(kernels.future_rehash(self.keys, self.vals, keys, vals, self.left))
+        self.keys, self.vals = keys, vals
 
     def get(self, ids: np.ndarray) -> np.ndarray:
+        """The tag of each of ``ids`` (0: never in the horizon)."""
         out = np.empty(ids.shape[0], dtype=np.int32)
         kernels.future_get(self.keys, self.vals, ids, out)
         return out
@@ -67,6 +81,7 @@ class Tier:
         policy: str = "hotness",
         decay: float = 0.99,
         initial_rows: int = 1024,
+        horizon: bool = False,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown eviction policy '{policy}' (use {', '.join(POLICIES)})")
@@ -77,9 +92,10 @@ class Tier:
         self.policy = POLICIES[policy]
         self.policy_name = policy
         self.log_decay = float(np.log(decay)) if policy == "hotness" else 0.0
-        self.hand = 0
         self.map = IdMap(expected=capacity or initial_rows)
-        self.future = FutureUses()  # filled only for the device tier, by the planner
+        # the planning horizon: a device tier's only (other tiers keep empty arrays)
+        self.horizon = horizon
+        self.future = FutureUses()
         self.retired = np.zeros(0, dtype=np.int64)  # free slots taken out of use (resize)
         self._alloc(capacity or initial_rows)
 
@@ -88,7 +104,8 @@ class Tier:
         self.occupied = np.zeros(cap, dtype=np.bool_)
         self.dirty = np.zeros(cap, dtype=np.bool_)
         self.pins = np.zeros(cap, dtype=np.int32)
-        self.wanted = np.zeros(cap, dtype=np.int32)  # batches in the horizon that need the row
+        # the tag of the latest batch in the horizon that needs the row (``FutureUses``)
+        self.wanted = np.zeros(cap if self.horizon else 0, dtype=np.int32)
         self.counts = np.zeros(cap, dtype=np.float32)
         self.last = np.zeros(cap, dtype=np.int64)
         self.free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pops 0, 1, 2, ...
@@ -135,6 +152,25 @@ class Tier:
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         return self.map.lookup(ids)
 
+    def lookup_and_pin(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """Slots of unique ``ids`` (-1: absent), each present one pinned once; and how many."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        slots = np.empty(ids.shape[0], dtype=np.int64)
+        hits = kernels.plan_hits(self.map.keys, self.map.vals, ids, slots, self.pins)
+        return slots, int(hits)
+
+    def admit(self, ids: np.ndarray, slots: np.ndarray, counts: np.ndarray, last: np.ndarray,
+              dirty: np.ndarray, batch_slots: np.ndarray, now: int, train_dirty: bool) -> None:
+        """``put`` absent ``ids`` (rows already written) into allocated ``slots``, pinned once and
+        tagged from the horizon, then ``touch`` every one of ``batch_slots`` at ``now`` (and
+        mark it dirty when ``train_dirty``): ``kernels.admit``, one pass each."""
+        self.map.reserve(ids.shape[0])
+        kernels.admit(self.map.keys, self.map.vals, np.ascontiguousarray(ids, dtype=np.int64),
+                      slots, counts, last, dirty, self.future.keys, self.future.vals,
+                      self.slot_ids, self.occupied, self.dirty, self.pins, self.wanted,
+                      self.counts, self.last, batch_slots, now, self.log_decay, train_dirty)
+        self.map.size += int(ids.shape[0])
+
     def alloc(self, n: int) -> np.ndarray:
         """Take ``n`` free slots (growing an unbounded tier)."""
         if n > self.n_free:
@@ -156,7 +192,8 @@ class Tier:
         self.occupied[slots] = True
         self.dirty[slots] = dirty
         self.pins[slots] = 0
-        self.wanted[slots] = 0
+        if self.horizon:
+            self.wanted[slots] = 0
         self.counts[slots] = counts
         self.last[slots] = last
         if rows is not None:
@@ -197,11 +234,12 @@ class Tier:
 
     # --- eviction -----------------------------------------------------------------------------
     def victims(self, n: int, now: int) -> np.ndarray:
-        """Up to ``n`` unpinned slots with the lowest policy score (CLOCK-style sweep in numba)."""
+        """Up to ``n`` unpinned slots with the lowest (policy score, slot), rows the horizon
+        needs last (``kernels.select_victims``)."""
         out = np.empty(max(n, 0), dtype=np.int64)
-        found, self.hand = kernels.select_victims(
+        found = kernels.select_victims(
             self.policy, self.occupied, self.pins, self.counts, self.last, now, self.log_decay,
-            self.hand, n, out, self.wanted,
+            n, out, self.wanted, self.future.left,
         )
         return out[:found]
 
@@ -260,7 +298,7 @@ class Tier:
         """Bytes of everything the tier keeps beside its slab of rows (and their optimizer
         state), by kind, at the arrays' full capacity: ``id_map`` (the ID->slot map),
         ``slot_maps`` (slot->ID, the free stack, retired slots), ``flags`` (occupied, dirty,
-        pins), ``hotness`` (counts, last use) and ``horizon`` (wanted counts, future uses)."""
+        pins), ``hotness`` (counts, last use) and ``horizon`` (wanted tags, the future-use map)."""
         return {
             "id_map": self.map.nbytes,
             "slot_maps": int(self.slot_ids.nbytes + self.free.nbytes + self.retired.nbytes),

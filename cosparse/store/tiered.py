@@ -231,17 +231,14 @@ class TieredTable(DeviceCache):
 
     def observe_future(self, unique: np.ndarray, delta: int) -> None:
         """A batch enters (+1) or leaves (-1) the planning horizon: its rows are kept on the
-        device in preference to rows no batch in the horizon needs.
-
-        A batch leaves the horizon right before it is planned, so the device rows it no longer
-        wants are found by that plan's own lookup (no second lookup here)."""
+        device in preference to rows no batch in the horizon needs. Entering tags its IDs (and
+        their device rows); leaving only counts (``FutureUses``)."""
         with self.lock:
-            self.dev.future.add(unique, delta)
             if delta > 0:
-                s = self.dev.lookup(unique)
-                kernels.add_pins(s[s >= 0], self.dev.wanted, delta)
+                self.dev.future.enter(np.ascontiguousarray(unique, dtype=np.int64),
+                                      self.dev.map, self.dev.wanted)
             else:
-                self._unwant_in_plan = True
+                self.dev.future.leave()
 
     def local_tiers(self) -> list[Tier]:
         return [t for t in (self.dev, self.host, self.backing) if t is not None]

@@ -11,8 +11,11 @@ one module per job:
 * ``idmap``: the ID -> slot map (``map_*``);
 * ``batch``: per-batch ``dedup`` and ``transpose_bags``;
 * ``rows``: ``gather_rows``, ``init_rows``, ``take_rows`` / ``put_rows`` / ``move_rows``;
-* ``future``: future uses of IDs beyond the pinned window (``future_add`` / ``future_get``);
+* ``future``: the horizon, the latest batch beyond the pinned window that needs an ID
+  (``future_enter`` / ``future_get`` / ``future_rehash``);
 * ``eviction``: access statistics, pins and ``select_victims`` (``POLICY_*``);
+* ``planning``: a device tier's hits of a plan (``plan_hits``) and the admission of its
+  misses with the batch's access (``admit``);
 * ``sketch``: admission by a count-min sketch (``cms_observe``).
 
 numba's cache notices a change to a kernel's own file only: after editing ``hashing`` (inlined
@@ -28,7 +31,7 @@ from cosparse.store.kernels.eviction import (
     select_victims,
     touch,
 )
-from cosparse.store.kernels.future import future_add, future_get
+from cosparse.store.kernels.future import future_enter, future_get, future_rehash
 from cosparse.store.kernels.hashing import mix64
 from cosparse.store.kernels.idmap import (
     map_erase,
@@ -37,6 +40,7 @@ from cosparse.store.kernels.idmap import (
     map_lookup_or_insert,
     map_rehash,
 )
+from cosparse.store.kernels.planning import admit, plan_hits
 from cosparse.store.kernels.rows import (
     gather_rows,
     init_rows,
@@ -52,10 +56,12 @@ __all__ = [
     "POLICY_LFU",
     "POLICY_LRU",
     "add_pins",
+    "admit",
     "cms_observe",
     "dedup",
-    "future_add",
+    "future_enter",
     "future_get",
+    "future_rehash",
     "gather_rows",
     "init_rows",
     "init_rows_serial",
@@ -66,6 +72,7 @@ __all__ = [
     "map_rehash",
     "mix64",
     "move_rows",
+    "plan_hits",
     "put_rows",
     "select_victims",
     "take_rows",

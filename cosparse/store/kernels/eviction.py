@@ -34,66 +34,101 @@ def _score(policy, count, last, now, log_decay):
 
 
 @numba.njit(cache=True, nogil=True)
-def select_victims(policy, occupied, pins, counts, last, now, log_decay, hand, n, out, wanted):
-    """Pick ``n`` unpinned occupied slots with the lowest policy score by a CLOCK-style sweep.
+def _nth_lowest(score, n):
+    """The n-th lowest (0-based) of ``score``: a strided sample sets a bound a few standard
+    errors above the n-th quantile, and the partial sort runs on the scores under it (about n
+    of them); on the rare miss (fewer than n + 1 under it), on all of them. Exact either way."""
+    m = score.shape[0]
+    ns = min(m, 1024)
+    stride = m // ns
+    sample = np.empty(ns, dtype=np.float64)
+    for i in range(ns):
+        sample[i] = score[i * stride]
+    sample.sort()
+    q = (n + 1) / m
+    at = int((q + 3.0 * np.sqrt(q * (1.0 - q) / ns) + 2.0 / ns) * ns)
+    if at < ns:
+        bound = sample[at]
+        k = 0
+        for i in range(m):
+            k += score[i] <= bound
+        if k > n:
+            sub = np.empty(k, dtype=np.float64)
+            k = 0
+            for i in range(m):
+                if score[i] <= bound:
+                    sub[k] = score[i]
+                    k += 1
+            return np.partition(sub, n)[n]
+    return np.partition(score.copy(), n)[n]
 
-    A strided sample of scores sets a threshold; a sweep from ``hand`` collects up to 2n
-    unpinned slots under it (a second sweep takes any unpinned slot if too few); the candidates
-    are ordered by (score, sweep position) and the first ``n`` taken; the hand moves on to where
-    the sweep stopped. Deterministic. Returns (victims found, new hand); fewer than ``n`` means
-    too many slots are pinned. Rows that a batch in the horizon will need (``wanted`` > 0) are
-    passed over, and taken only when nothing else is left.
+
+@numba.njit(cache=True, nogil=True)
+def _lowest(cand, score, n, out, at):
+    """Write the ``n`` candidates with the lowest (score, slot) to ``out[at:]`` (``cand`` is in
+    slot order): the n-th lowest score, then one pass in slot order. Returns how many were
+    written (fewer when there are fewer than ``n`` candidates)."""
+    m = cand.shape[0]
+    if n >= m:
+        out[at : at + m] = cand
+        return m
+    v = _nth_lowest(score, n - 1)
+    k = at
+    for i in range(m):
+        if score[i] < v:
+            out[k] = cand[i]
+            k += 1
+    for i in range(m):  # ties at the n-th score: the lowest slots
+        if k - at >= n:
+            break
+        if score[i] == v:
+            out[k] = cand[i]
+            k += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def select_victims(policy, occupied, pins, counts, last, now, log_decay, n, out, wanted, floor):
+    """Write to ``out`` the ``n`` unpinned occupied slots with the lowest (policy score, slot).
+
+    Exact and deterministic: the evictable slots are gathered in one pass (a counting pass sizes
+    the buffer), scored, and a partial sort (``np.partition``, on the scores under a sampled
+    bound) finds the n-th lowest score: work linear in the tier's slots, with a score (a log,
+    for hotness) only for the evictable ones. Rows that a batch in the horizon will need
+    (``wanted[s] > floor``; ``wanted`` empty: none) are taken only when the others run out,
+    again lowest score first. Returns the number found; fewer than ``n`` means too many slots
+    are pinned. This replaces a sampled-threshold CLOCK sweep that scored every unpinned slot
+    and kept approximately the lowest: the exact choice evicts no hotter row.
+
+    Hand-written (numba): a numpy version needs several boolean masks and fancy-index copies
+    of the tier's arrays per call, on the planner thread, for every batch and table.
     """
     cap = occupied.shape[0]
-    if n <= 0 or cap == 0:
-        return 0, hand
-    # sample for the threshold
-    n_sample = min(cap, 512)
-    stride = max(1, cap // n_sample)
-    sample = np.empty(n_sample, dtype=np.float64)
-    ns = 0
-    for i in range(n_sample):
-        s = (hand + i * stride) % cap
-        if occupied[s] and pins[s] == 0 and wanted[s] == 0:
-            sample[ns] = _score(policy, counts[s], last[s], now, log_decay)
-            ns += 1
-    thr = np.inf
-    if ns > 0:
-        sample = np.sort(sample[:ns])
-        # the quantile that holds about 2n of the evictable slots
-        frac = min(1.0, 4.0 * n / (cap * ns / n_sample) + 8.0 / ns)
-        thr = sample[min(ns - 1, int(frac * ns))]
-    want = n + n // 4 + 16  # collect a little more than needed, then keep the lowest scores
-    cand = np.empty(min(cap, want), dtype=np.int64)
-    cscore = np.empty(min(cap, want), dtype=np.float64)
-    nc = 0
-    stop = hand
-    # round 0: under the threshold and not needed by a batch in the horizon; round 1: any score,
-    # still not needed; round 2: needed ones too (the horizon is only a preference, pins are not)
-    for rnd in range(3):
-        if rnd > 0:
-            if nc >= n:
-                break
-            thr = np.inf
-            nc = 0
-        for i in range(cap):
-            s = (hand + i) % cap
-            stop = (s + 1) % cap
-            if occupied[s] and pins[s] == 0:
-                sc = _score(policy, counts[s], last[s], now, log_decay)
-                if sc <= thr:
-                    if rnd < 2 and wanted[s] > 0:
-                        continue
-                    cand[nc] = s
-                    cscore[nc] = sc
-                    nc += 1
-                    if nc == cand.shape[0]:
-                        break
-    order = np.argsort(cscore[:nc], kind="mergesort")
-    found = min(n, nc)
-    for i in range(found):
-        out[i] = cand[order[i]]
-    return found, stop
+    found = 0
+    if n <= 0:
+        return 0
+    horizon = wanted.shape[0] > 0  # empty: a tier without a horizon, no row is needed
+    # round 0: rows no batch in the horizon needs; round 1: the needed ones (a preference only).
+    # The passes over the slots are branch-free: the flags are random, mispredictions dominate.
+    for rnd in range(2):
+        need = rnd == 1
+        m = 0
+        for s in range(cap):
+            m += occupied[s] & (pins[s] == 0) & ((horizon and wanted[s] > floor) == need)
+        cand = np.empty(m + 1, dtype=np.int64)
+        m = 0
+        for s in range(cap):
+            cand[m] = s
+            m += occupied[s] & (pins[s] == 0) & ((horizon and wanted[s] > floor) == need)
+        cand = cand[:m]
+        score = np.empty(m, dtype=np.float64)
+        for i in range(m):
+            s = cand[i]
+            score[i] = _score(policy, counts[s], last[s], now, log_decay)
+        found += _lowest(cand, score, n - found, out, found)
+        if found >= n:
+            break
+    return found
 
 
 @numba.njit(cache=True, nogil=True)

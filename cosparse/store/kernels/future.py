@@ -1,46 +1,79 @@
-"""Future uses: how many batches beyond the pinned window will need an ID, kept in an
-open-addressing map of ID -> count (-1 = empty bucket)."""
+"""The planning horizon: for each ID, the tag of the latest batch in the horizon that needs it,
+in an open-addressing map of ID -> tag (-1 = empty bucket).
+
+Batches get tags 1, 2, 3, ... as they enter the horizon and leave it in the same order, so after
+``left`` batches have left, an ID is needed by a batch still in the horizon exactly when its tag
+is above ``left``. A batch entering writes its tag over its IDs' entries; a batch leaving changes
+nothing (entries go stale in place and are dropped when the map is rebuilt).
+"""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from cosparse.store.kernels.hashing import EMPTY, bucket, erase_at
+from cosparse.store.kernels.hashing import EMPTY, bucket
 
 
 @numba.njit(cache=True, nogil=True)
-def future_add(keys, vals, ids, delta):
-    """vals[id] += delta for unique ``ids`` (inserting at +1, erasing at 0). Returns the change in
-    the number of keys. ``vals`` holds -1 for empty buckets; the caller keeps load <= 0.7."""
+def future_enter(keys, vals, ids, tag, map_keys, map_vals, wanted):
+    """A batch with tag ``tag`` enters the horizon: ``vals[id] = tag`` for its unique ``ids``,
+    and ``wanted[slot] = tag`` for those the device map (``map_keys``/``map_vals``) holds.
+    Returns the number of keys inserted; the caller keeps the load <= 0.7.
+
+    Hand-written (numba): one pass over the batch's IDs probing both maps, where numpy would
+    need a lookup, a mask and a scatter per map."""
     mask = np.uint64(keys.shape[0] - 1)
-    change = 0
+    dmask = np.uint64(map_keys.shape[0] - 1)
+    added = 0
     for i in range(ids.shape[0]):
         k = ids[i]
         b = bucket(k, mask)
         while True:
-            v = vals[b]
-            if v == EMPTY:
-                if delta > 0:
-                    keys[b] = k
-                    vals[b] = delta
-                    change += 1
+            if vals[b] == EMPTY:
+                keys[b] = k
+                vals[b] = tag
+                added += 1
                 break
             if keys[b] == k:
-                v += delta
-                if v > 0:
-                    vals[b] = v
-                else:
-                    erase_at(keys, vals, b, mask)
-                    change -= 1
+                vals[b] = tag
                 break
             b = (b + 1) & np.int64(mask)
-    return change
+        b = bucket(k, dmask)
+        while True:
+            v = map_vals[b]
+            if v == EMPTY:
+                break
+            if map_keys[b] == k:
+                wanted[v] = tag
+                break
+            b = (b + 1) & np.int64(dmask)
+    return added
+
+
+@numba.njit(cache=True, nogil=True)
+def future_rehash(old_keys, old_vals, new_keys, new_vals, floor):
+    """Copy the entries whose tag is above ``floor`` (still in the horizon) into an empty map;
+    returns how many."""
+    mask = np.uint64(new_keys.shape[0] - 1)
+    n = 0
+    for i in range(old_keys.shape[0]):
+        v = old_vals[i]
+        if v <= floor:  # empty (-1) or stale
+            continue
+        k = old_keys[i]
+        b = bucket(k, mask)
+        while new_vals[b] != EMPTY:
+            b = (b + 1) & np.int64(mask)
+        new_keys[b] = k
+        new_vals[b] = v
+        n += 1
+    return n
 
 
 @numba.njit(cache=True, nogil=True)
 def future_get(keys, vals, ids, out):
-    """out[i] = future uses of ids[i] (0 when absent)."""
+    """out[i] = the tag of ids[i] (0 when absent)."""
     if keys.shape[0] == 0:
         out[:] = 0
         return
