@@ -81,3 +81,26 @@ def test_a_failed_flush_still_closes_the_batch():
     with pytest.raises(ConnectionError):
         b.flush()
     assert not b.is_open and not b.pull_later("t", np.array([1]), lambda res: None)
+
+
+def test_queued_write_backs_stay_pending_until_the_ps_has_acknowledged_them():
+    """A checkpoint's export reads the tiers, then ``pending``, then the PS: a row in flight
+    between the two must show in one of them."""
+    seen_during_send = []
+
+    class Slow(Recorder):
+        def push_rows_many(self, writes):  # while the PS applies them, they are still pending
+            seen_during_send.append(b.pending("a")[0].tolist())
+            super().push_rows_many(writes)
+
+    b = RemoteBatch(Slow())
+    assert b.pending("a") is None
+    b.begin()
+    b.push_rows("a", np.array([5, 3]), np.array([[1, 1], [2, 2]], np.float32))
+    b.push_rows("b", np.array([4]), np.zeros((1, 2), np.float32))
+    b.push_rows("a", np.array([5]), np.array([[9, 9]], np.float32))  # written back again
+    ids, rows = b.pending("a")
+    assert ids.tolist() == [3, 5] and rows.tolist() == [[2, 2], [9, 9]]  # the newest copy
+    b.flush()
+    assert seen_during_send == [[3, 5]]
+    assert b.pending("a") is None and b.pending("b") is None

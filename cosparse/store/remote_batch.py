@@ -16,6 +16,11 @@ Between ``begin`` and ``flush`` (``CachePlanner.plan``):
   its misses' reserved slots are in no map, so no reader sees them half-filled).
 ``flush`` sends the pushes first, then the pulls, then runs the callbacks in the order given.
 Outside a plan every call goes straight through.
+
+A queued write-back is a row in flight: no tier holds it any more and the PS does not yet.
+``pending`` shows it to readers on other threads (a checkpoint's export, an evaluation), and it
+stays there until the PS has acknowledged it, so a reader that reads the tiers, then
+``pending``, then the PS sees every row once at least.
 """
 
 from __future__ import annotations
@@ -77,13 +82,26 @@ class RemoteBatch:
         """Run ``fn`` at the flush, once every queued pull is written."""
         self._after.append(fn)
 
+    def pending(self, table: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """``table``'s queued write-backs that the PS has not acknowledged: (IDs, rows), the
+        newest copy of each ID; None when there are none. Safe from another thread."""
+        queued = [(ids, rows) for t, ids, rows in list(self._pushes) if t == table]
+        if not queued:
+            return None
+        ids = np.concatenate([q[0] for q in queued])[::-1]
+        rows = np.concatenate([q[1] for q in queued])[::-1]
+        _, newest = np.unique(ids, return_index=True)
+        return ids[newest], rows[newest]
+
     def flush(self) -> None:
-        """Send what was queued (pushes, then pulls) and run the callbacks; closes the batch."""
+        """Send what was queued (pushes, then pulls) and run the callbacks; closes the batch.
+        The pushes stay ``pending`` until the PS has acknowledged them."""
         self._open = False
         pushes, pulls, after = self._pushes, self._pulls, self._after
-        self._pushes, self._pulls, self._after = [], [], []
+        self._pulls, self._after = [], []
         if pushes:
             self.remote.push_rows_many(pushes)
+            self._pushes = []  # (a new list: a reader holding the old one still sees them)
         if pulls:
             got = self.remote.pull_many([(t, ids) for t, ids, _ in pulls], with_state=True)
             for (_, _, on_rows), result in zip(pulls, got, strict=True):

@@ -17,6 +17,7 @@ from cosparse.config import TableConfig
 from cosparse.store import kernels
 from cosparse.store.dedup import row_owner
 from cosparse.store.device_cache import DeviceCache
+from cosparse.store.remote_batch import RemoteBatch
 from cosparse.store.resident import initial_rows
 from cosparse.store.sources import (
     BackingSource,
@@ -272,12 +273,25 @@ class TieredTable(DeviceCache):
             if found.any():
                 rows[todo[found]] = tier.read(s[found])
             todo = todo[~found]
+        queued = self._queued_down() if todo.shape[0] and self.remote is not None else None
+        if queued is not None:  # written back by a plan under way, not yet on the PS
+            at = np.searchsorted(queued[0], ids[todo])
+            found = queued[0][np.minimum(at, queued[0].shape[0] - 1)] == ids[todo]
+            rows[todo[found]] = queued[1][at[found]]
+            todo = todo[~found]
         if todo.shape[0] and self.remote is not None:  # read without creating
             rows[todo] = self.remote.pull(self.cfg.remote_name, ids[todo], with_state=True, peek=True).rows
             todo = todo[:0]
         if todo.shape[0]:
             rows[todo] = self.initial_rows(ids[todo])
         return rows
+
+    def _queued_down(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rows this table wrote back during a plan under way that the PS has not acknowledged
+        (``RemoteBatch.pending``; IDs sorted), else None."""
+        if not isinstance(self.remote, RemoteBatch):
+            return None
+        return self.remote.pending(self.cfg.remote_name)
 
     # --- checkpoints ----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -299,6 +313,9 @@ class TieredTable(DeviceCache):
                     s = tier.occupied_slots()
                     parts.append((tier.slot_ids[s], tier.read(s)))
             if self.remote is not None:
+                queued = self._queued_down()
+                if queued is not None:  # (in flight to the PS: newer than its copy)
+                    parts.append(queued)
                 parts.append(self.remote.dump(self.cfg.remote_name))
             ids = np.concatenate([p[0] for p in parts])
             rows = np.concatenate([p[1] for p in parts])
