@@ -27,8 +27,9 @@ Before the rounds and before each alone call the benchmark waits until the host 
 (``settle``), since the workers go on working for a while after they report ready.
 
 ``--wait-policies`` also runs every workload alone with ``OMP_WAIT_POLICY=ACTIVE`` (a worker of
-its own: libgomp reads it at start) and reports ``passive_idle_cost``: passive's wall seconds over
-active's, minus 1, at k = 0.
+its own: libgomp reads it at start), after the rounds and one worker at a time (an idle worker
+with spinning threads keeps about 0.4 of a core busy), and reports ``passive_idle_cost``:
+passive's wall seconds over active's, minus 1, at k = 0.
 """
 
 from __future__ import annotations
@@ -199,6 +200,28 @@ def figures(calls: list[dict[str, Any]], cores: int, ks: tuple[int, ...]) -> dic
     return out
 
 
+def active_calls(a: argparse.Namespace, names: list[str], args: list[str], env: dict[str, str],
+                 quiet_s: float) -> dict[str, list[dict[str, Any]]]:
+    """Each workload alone, ``a.rounds`` calls, in a worker whose OpenMP threads spin
+    (``OMP_WAIT_POLICY=ACTIVE``). One at a time, after the rounds: an idle worker of that kind
+    keeps its threads spinning, and would take the cores from whatever else runs."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for n in names:
+        w = Worker(f"{n}@active", "benchmarks.bench_contention", ["--worker", n, *args], env)
+        try:
+            w.recv()
+            out[f"{n}@active"] = []
+            for r in range(a.rounds):
+                settle(limit_s=min(quiet_s, 20.0), quiet_cores=1.2)  # (its own threads spin)
+                res = w.call(cmd="run", steps=a.steps * STEPS_SCALE.get(n, 1))
+                res.update(round=r, k=0)
+                out[f"{n}@active"].append(res)
+                print(f"  round {r} k=0 {n}@active: {res['wall_s']:.2f} s", flush=True)
+        finally:
+            w.close()
+    return out
+
+
 def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0))
     names = [n for n in WORKLOADS if n in a.workloads.split(",")]
@@ -210,10 +233,6 @@ def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
     args = ["--batches", str(a.batches), "--warmup", str(a.warmup), *(["--tiny"] if a.tiny else [])]
     workers = {n: Worker(n, "benchmarks.bench_contention", ["--worker", n, *args], env)
                for n in names}
-    if a.wait_policies:
-        active = {**env, "OMP_WAIT_POLICY": "ACTIVE"}
-        workers.update({f"{n}@active": Worker(f"{n}@active", "benchmarks.bench_contention",
-                                              ["--worker", n, *args], active) for n in names})
     calls: dict[str, list[dict[str, Any]]] = {n: [] for n in workers}
     loop_pids: list[int] = []
     t0 = time.perf_counter()
@@ -228,8 +247,6 @@ def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
                 with BusyLoops(k) as loops:
                     loop_pids += [p.pid for p in loops.procs]
                     order = names[r % len(names):] + names[:r % len(names)]
-                    if k == 0 and a.wait_policies:
-                        order = [m for n in order for m in (n, f"{n}@active")]
                     for n in order:
                         if k == 0:
                             settle(limit_s=min(quiet_s, 20.0))
@@ -250,9 +267,11 @@ def run(a: argparse.Namespace, ks: tuple[int, ...]) -> dict[str, Any]:
             w.close()
     out: dict[str, Any] = {"workloads": {n: figures(calls[n], cores, ks) for n in names}}
     if a.wait_policies:
+        active = active_calls(a, names, args, {**env, "OMP_WAIT_POLICY": "ACTIVE"}, quiet_s)
+        calls.update(active)
         out["passive_idle_cost"] = {
             n: round(statistics.median(c["wall_s"] for c in calls[n] if c["k"] == 0)
-                     / statistics.median(c["wall_s"] for c in calls[f"{n}@active"]) - 1, 3)
+                     / statistics.median(c["wall_s"] for c in active[f"{n}@active"]) - 1, 3)
             for n in names}
     worst = max(f["slowdown_over_fair_share"] for w in out["workloads"].values()
                 for f in w["per_k"].values())
