@@ -40,9 +40,9 @@ def init_seed(seed):
 @numba.njit(inline="always")
 def init_row(slab, r, id_, s64, dim, kind, a, b, state_value, col0):
     """Initialise ``slab[r]`` for ID ``id_`` (``s64 = init_seed(seed)``): ``_init_rows``'s
-    arithmetic for one row, inlined where a kernel creates rows one at a time (the parameter
-    server's fused kernels, which must not call a cached dispatcher that may hold a parallel
-    build). Bit-identical to ``_init_rows`` (tests/test_ps_shard_kernels.py checks it)."""
+    arithmetic for one row (``_init_rows`` calls it per row), inlined where a kernel creates rows
+    one at a time (the parameter server's fused kernels, which must not call a cached dispatcher
+    that may hold a parallel build)."""
     width = slab.shape[1]
     base = mix64(s64 ^ np.uint64(id_))
     for c in range(dim):
@@ -68,24 +68,9 @@ def _init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value, col0):
 
     kind 0: uniform(a, b); kind 1: normal(0, a) by Box-Muller. Optimizer state <- state_value.
     """
-    width = slab.shape[1]
-    s64 = mix64(np.uint64(seed) * GOLDEN + np.uint64(0x632BE59BD9B4E019))
+    s64 = init_seed(seed)
     for i in prange(slots.shape[0]):
-        base = mix64(s64 ^ np.uint64(ids[i]))
-        r = slots[i]
-        for c in range(dim):
-            cc = col0 + c
-            h1 = mix64(base + np.uint64(2 * cc + 1) * GOLDEN)
-            u1 = np.float64(h1 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-            if kind == 0:
-                slab[r, c] = np.float32(a + (b - a) * u1)
-            else:
-                h2 = mix64(base + np.uint64(2 * cc + 2) * GOLDEN)
-                u2 = np.float64(h2 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-                z = np.sqrt(-2.0 * np.log(1.0 - u1)) * np.cos(2.0 * np.pi * u2)
-                slab[r, c] = np.float32(a * z)
-        for c in range(dim, width):
-            slab[r, c] = state_value
+        init_row(slab, slots[i], ids[i], s64, dim, kind, a, b, state_value, col0)
 
 
 init_rows = numba.njit(cache=True, nogil=True, parallel=True)(_init_rows)
