@@ -59,6 +59,8 @@ TIERED = CONTENDERS[1:]
 POLICIES = ("lru", "lfu", "hotness")
 TARGETS = {  # name -> minimum; never loosen
     "tiered_over_resident": 0.8,
+    "tiered_over_resident_paired": 0.9,  # issue 17: device 10%, host 100%; the paired one counts
+    "spill_over_resident_paired": 0.85,  # issue 17: host 25% and spill
     "policy_over_belady": 0.9,
     "policy_over_popularity_oracle": 0.97,
     "policy_over_bound": 0.97,
@@ -523,6 +525,8 @@ def assemble(cfg: TiersConfig, res: dict[str, Any], stats: dict[str, Any], polic
                              "beyond the row and its optimizer state: ID maps, slot maps, flags, "
                              "hotness, horizon and in-flight pins, at their arrays' capacity"}
     targets = {"tiered_over_resident": out["tiered_over_resident"],
+               "tiered_over_resident_paired": out["tiered_over_resident_paired"],
+               "spill_over_resident_paired": out["spill_over_resident_paired"],
                "policy_over_belady": out["policy_over_belady"],
                "policy_over_bound": out["policy_over_bound"],
                "policy_over_popularity_oracle": out["policy_over_popularity_oracle"]}

@@ -43,7 +43,8 @@ def test_bench_tiers_tiny(tmp_path: Path) -> None:
     assert res["bytes_per_batch"]["dev10_host25_spill"]["host_backing"] > 0
     for p in ("lru", "lfu", "hotness"):
         assert 0 < res["engine_vs_simulator"][p]["simulator"] <= 1
-    assert set(res["targets"]) == {"tiered_over_resident", "policy_over_belady",
+    assert set(res["targets"]) == {"tiered_over_resident", "tiered_over_resident_paired",
+                                   "spill_over_resident_paired", "policy_over_belady",
                                    "policy_over_popularity_oracle", "policy_over_bound",
                                    "bytes_per_row_overhead"}
     for name in ("dev10_host100", "dev10_host25_spill"):  # at least the ID map, slot map, hotness
@@ -54,3 +55,5 @@ def test_bench_tiers_tiny(tmp_path: Path) -> None:
     assert f"TARGET bytes_per_row_overhead <= 24.0: {t['value']} " in proc.stdout
     assert res["config"]["tables"] == 2 and res["config"]["device_rows"] == 1000
     assert "TARGET tiered_over_resident >= 0.8" in proc.stdout
+    for k, goal in (("tiered_over_resident_paired", 0.9), ("spill_over_resident_paired", 0.85)):
+        assert res["targets"][k] == {"value": res[k], "target": goal, "pass": res[k] >= goal}
