@@ -1,7 +1,12 @@
 """cosparse: sparse embedding training engine.
 
 Importing it first sets OpenMP's passive wait policy for this process and its children, unless
-the environment sets one (``cosparse.omp_wait``): it must happen before torch loads.
+the environment sets one (``cosparse.omp_wait``): it must happen before torch loads. Then it
+points numba's kernel cache at a folder keyed by the sources (``cosparse.numba_cache``): before
+any kernel is decorated.
 """
 
-from cosparse import omp_wait  # noqa: F401  (first: before anything imports torch)
+from cosparse import (
+    numba_cache,  # noqa: F401  (before any kernel module)
+    omp_wait,  # noqa: F401  (first: before anything imports torch)
+)
