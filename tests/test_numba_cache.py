@@ -65,3 +65,26 @@ def test_a_cache_folder_the_environment_sets_is_used_as_it_is(tmp_path: Path) ->
                " cosparse.numba_cache.FOLDER)", env)
     assert out == f"{tmp_path / 'mine'} None"
     assert not (tmp_path / "cosparse").exists()
+
+
+def test_serial_and_parallel_variants_of_one_function_have_cache_entries_of_their_own(
+        tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != numba_cache.VARIABLE}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    code = ("import sys, numpy as np, cosparse\n"
+            "from cosparse.store.kernels import rows\n"
+            "k = rows.init_rows if sys.argv[1] == 'parallel' else rows.init_rows_serial\n"
+            "out = np.empty((4, 3), np.float32)\n"
+            "k(out, np.arange(4), np.arange(4), 7, 2, 0, -0.1, 0.1, 0.0, 0)\n"
+            "print(sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values()))\n")
+
+    def hits_misses(which: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", code, which], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert hits_misses("parallel") == "0 1"
+    assert hits_misses("serial") == "0 1"  # not the parallel build
+    assert hits_misses("serial") == "1 0"
+    assert hits_misses("parallel") == "1 0"

@@ -13,12 +13,12 @@ from cosparse.ps.shard_table import ShardTable
 CFG = TableConfig("rwa", dim=8, optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=0.05), seed=2)
 
 # every array a ShardTable holds beside the slab, as the structures are today
-EXPECTED = ("map.keys", "map.vals", "slot_ids", "versions", "flags", "slots", "marks")
+EXPECTED = ("map.keys", "map.vals", "versions", "flags", "slots", "marks", "new_ids")
 
 
 def _expected_bytes(t: ShardTable) -> int:
     """The same sum, written out by hand from the structures."""
-    arrays = [t.keys, t.vals, t.slot_ids, t.versions, t.flags, t._slots, t._marks]
+    arrays = [t.keys, t.vals, t.versions, t.flags, t._slots, t._marks, t._new_ids]
     return sum(int(a.nbytes) for a in arrays)
 
 

@@ -13,9 +13,13 @@ The store they work on is a ``ShardTable``'s (``cosparse.ps.shard_table``):
 * ``keys`` int64 / ``vals`` int32 [cap, a power of two]: the ID -> slot map, open addressing
   with linear probing and the same hashing as ``cosparse.store.kernels`` (-1: empty bucket);
 * ``slab`` float32 [rows_cap, width]: each row's values, then its optimizer state;
-* ``slot_ids`` int64, ``versions`` int64, ``flags`` uint8 [rows_cap]: the ID in each slot, its
-  version (bumped on every write), and ``DIRTY`` (not in the last snapshot) plus ``SEEN`` (only
-  while a push runs: its duplicate check).
+* ``versions`` int64, ``flags`` uint8 [rows_cap]: each row's version (bumped on every write),
+  and ``DIRTY`` (not in the last snapshot) plus ``SEEN`` (only while a push runs: its duplicate
+  check).
+
+No array maps a slot back to its ID: the map holds that pair already, and only a snapshot or a
+dump needs the reverse (``slot_keys``, one pass over the map). A request's new IDs go to a
+per-request scratch (``new_ids``), where their initialisation and a rollback find them.
 
 Rows are never removed, so the live slots are ``0 .. size-1`` in insertion order; a kernel that
 adds rows returns the new ``size``. A refused request leaves everything as it was: the IDs it
@@ -42,6 +46,7 @@ from numba.extending import intrinsic
 from cosparse.optim.kernels import ROWWISE_ADAGRAD, rowwise_adagrad_rows4, update_row
 from cosparse.store.kernels.hashing import EMPTY, erase_at, mix64
 from cosparse.store.kernels.rows import init_row, init_seed
+from cosparse.store.kernels.variants import variant
 
 DIRTY = np.uint8(1)
 SEEN = np.uint8(2)
@@ -106,11 +111,11 @@ def probe(keys, vals, k, h, mask):
 
 
 @numba.njit(inline="always")
-def _rollback(keys, vals, slot_ids, size0, size):
-    """Erase the IDs of slots ``size0 .. size-1`` from the map (a refused request's inserts)."""
+def _rollback(keys, vals, new_ids, count):
+    """Erase ``new_ids[:count]`` from the map (a refused request's inserts)."""
     mask = np.uint64(keys.shape[0] - 1)
-    for s in range(size0, size):
-        k = slot_ids[s]
+    for j in range(count):
+        k = new_ids[j]
         b, _ = probe(keys, vals, k, mix64(np.uint64(k)), mask)
         erase_at(keys, vals, b, mask)
 
@@ -148,10 +153,10 @@ def _lookup(keys, vals, ids, shard, num_shards, grads, slots, marks):
 
 
 @numba.njit(inline="always")
-def _insert_missing(keys, vals, slot_ids, size, ids, slots, limit, room):
+def _insert_missing(keys, vals, new_ids, size, ids, slots, limit, room):
     """Pass 2 (serial): give each absent ID a new slot ``size, size+1, ...`` (a duplicate of a new
-    ID gets the same one). Returns (new size, status): ``FULL`` past ``limit`` slots, ``ROOM`` past
-    ``room`` (both with nothing inserted)."""
+    ID gets the same one), the ID of slot ``size0 + j`` in ``new_ids[j]``. Returns (new size,
+    status): ``FULL`` past ``limit`` slots, ``ROOM`` past ``room`` (both with nothing inserted)."""
     mask = np.uint64(keys.shape[0] - 1)
     size0 = size
     for i in range(ids.shape[0]):
@@ -161,11 +166,11 @@ def _insert_missing(keys, vals, slot_ids, size, ids, slots, limit, room):
         b, v = probe(keys, vals, k, mix64(np.uint64(k)), mask)
         if v == EMPTY:
             if size >= limit or size >= room:
-                _rollback(keys, vals, slot_ids, size0, size)
+                _rollback(keys, vals, new_ids, size - size0)
                 return size0, FULL if size >= limit else ROOM
             keys[b] = k
             vals[b] = size
-            slot_ids[size] = k
+            new_ids[size - size0] = k
             v = size
             size += 1
         slots[i] = v
@@ -173,12 +178,13 @@ def _insert_missing(keys, vals, slot_ids, size, ids, slots, limit, room):
 
 
 @numba.njit(inline="always")
-def _init_new(slab, slot_ids, versions, flags, size0, size, seed, dim, init_kind, a, b, state0,
+def _init_new(slab, new_ids, versions, flags, size0, size, seed, dim, init_kind, a, b, state0,
               col0, flag):
-    """New rows ``size0 .. size-1``: their initial value from (seed, ID), version 0, ``flags``."""
+    """New rows ``size0 .. size-1`` (IDs ``new_ids``): their initial value from (seed, ID),
+    version 0, ``flags``."""
     s64 = init_seed(seed)
     for s in prange(size0, size):
-        init_row(slab, s, slot_ids[s], s64, dim, init_kind, a, b, state0, col0)
+        init_row(slab, s, new_ids[s - size0], s64, dim, init_kind, a, b, state0, col0)
         versions[s] = 0
         flags[s] = flag
 
@@ -191,7 +197,7 @@ def _first_mark(marks, bit):
     return -1
 
 
-def _pull(keys, vals, slot_ids, slab, versions, flags, size, ids, shard, num_shards, create,
+def _pull(keys, vals, new_ids, slab, versions, flags, size, ids, shard, num_shards, create,
           limit, room, seed, dim, init_kind, a, b, state0, col0, out_rows, out_versions, slots,
           marks):
     """One PULL: ``out_rows[i] = slab[slot of ids[i], :out_rows.shape[1]]`` and its version.
@@ -204,10 +210,10 @@ def _pull(keys, vals, slot_ids, slab, versions, flags, size, ids, shard, num_sha
         return size, FOREIGN, _first_mark(marks, 1)
     size0 = size
     if create:
-        size, status = _insert_missing(keys, vals, slot_ids, size, ids, slots, limit, room)
+        size, status = _insert_missing(keys, vals, new_ids, size, ids, slots, limit, room)
         if status != OK:
             return size, status, -1
-        _init_new(slab, slot_ids, versions, flags, size0, size, seed, dim, init_kind, a, b,
+        _init_new(slab, new_ids, versions, flags, size0, size, seed, dim, init_kind, a, b,
                   state0, col0, DIRTY)
     cols = out_rows.shape[1]
     missing = 0
@@ -233,7 +239,7 @@ def _pull(keys, vals, slot_ids, slab, versions, flags, size, ids, shard, num_sha
     return size, OK, -1
 
 
-def _push(keys, vals, slot_ids, slab, versions, flags, size, ids, grads, shard, num_shards,
+def _push(keys, vals, new_ids, slab, versions, flags, size, ids, grads, shard, num_shards,
           limit, room, seed, dim, init_kind, a, b, state0, col0, kind, lr, eps, l2, beta1, beta2,
           corr1, corr2, slots, marks):
     """One PUSH: the optimizer rule ``kind`` on the row of each (unique) ``ids[i]`` with
@@ -246,7 +252,7 @@ def _push(keys, vals, slot_ids, slab, versions, flags, size, ids, grads, shard, 
             return size, FOREIGN, i
         return size, NOT_FINITE, _first_mark(marks, 2)
     size0 = size
-    size, status = _insert_missing(keys, vals, slot_ids, size, ids, slots, limit, room)
+    size, status = _insert_missing(keys, vals, new_ids, size, ids, slots, limit, room)
     if status != OK:
         return size, status, -1
     for i in range(ids.shape[0]):  # duplicates: a slot seen twice
@@ -254,10 +260,10 @@ def _push(keys, vals, slot_ids, slab, versions, flags, size, ids, grads, shard, 
         if flags[s] & SEEN:
             for j in range(i):
                 flags[slots[j]] = flags[slots[j]] & NOT_SEEN
-            _rollback(keys, vals, slot_ids, size0, size)
+            _rollback(keys, vals, new_ids, size - size0)
             return size0, DUPLICATE, i
         flags[s] = flags[s] | SEEN
-    _init_new(slab, slot_ids, versions, flags, size0, size, seed, dim, init_kind, a, b, state0,
+    _init_new(slab, new_ids, versions, flags, size0, size, seed, dim, init_kind, a, b, state0,
               col0, 0)
     n = ids.shape[0]
     if kind == ROWWISE_ADAGRAD:  # four rows at a time (each row's arithmetic unchanged)
@@ -282,7 +288,7 @@ def _push(keys, vals, slot_ids, slab, versions, flags, size, ids, grads, shard, 
     return size, OK, -1
 
 
-def _find_or_add(keys, vals, slot_ids, slab, versions, flags, size, ids, create, limit, room,
+def _find_or_add(keys, vals, new_ids, slab, versions, flags, size, ids, create, limit, room,
                  seed, dim, init_kind, a, b, state0, col0, slots):
     """Slots of ``ids`` (-1: absent), adding the absent ones as new rows (version 0, dirty) when
     ``create``: the lookup of a PUSH_ROWS or a restore. Returns (new size, status)."""
@@ -292,25 +298,34 @@ def _find_or_add(keys, vals, slot_ids, slab, versions, flags, size, ids, create,
     if not create:
         return size, OK
     size0 = size
-    size, status = _insert_missing(keys, vals, slot_ids, size, ids, slots, limit, room)
+    size, status = _insert_missing(keys, vals, new_ids, size, ids, slots, limit, room)
     if status == OK:
-        _init_new(slab, slot_ids, versions, flags, size0, size, seed, dim, init_kind, a, b,
+        _init_new(slab, new_ids, versions, flags, size0, size, seed, dim, init_kind, a, b,
                   state0, col0, DIRTY)
     return size, status
 
 
-def _compile(fn, parallel: bool):  # noqa: ANN001, ANN202 - a numba dispatcher
-    return numba.njit(cache=True, nogil=True, parallel=parallel)(fn)
+def _compile(fn, name: str, parallel: bool):  # noqa: ANN001, ANN202 - a numba dispatcher
+    return variant(fn, name, nogil=True, parallel=parallel)
 
 
 # serial variants (one thread: no parallel region to start per request), and parallel ones for
 # ``ps serve --shard-threads N`` with N > 1 (the passes above are inlined into each)
 
-pull_serial = _compile(_pull, False)
-pull_parallel = _compile(_pull, True)
-push_serial = _compile(_push, False)
-push_parallel = _compile(_push, True)
-find_or_add = _compile(_find_or_add, False)
+pull_serial = _compile(_pull, "pull_serial", False)
+pull_parallel = _compile(_pull, "pull_parallel", True)
+push_serial = _compile(_push, "push_serial", False)
+push_parallel = _compile(_push, "push_parallel", True)
+find_or_add = _compile(_find_or_add, "find_or_add", False)
+
+
+@numba.njit(cache=True, nogil=True)
+def slot_keys(keys, vals, out) -> None:
+    """``out[slot] = ID`` for every entry of the map (``out``: one per live slot)."""
+    for i in range(keys.shape[0]):
+        v = vals[i]
+        if v != EMPTY:
+            out[v] = keys[i]
 
 
 @numba.njit(cache=True, nogil=True)

@@ -62,12 +62,12 @@ class ShardTable:
         self._rule = (o.lr, o.eps, o.l2, o.beta1, o.beta2)
         self._slots = np.empty(0, dtype=np.int64)  # per-request scratch, reused
         self._marks = np.empty(0, dtype=np.uint8)
+        self._new_ids = np.empty(0, dtype=np.int64)
         self.threads = threads  # > 1: the parallel kernels, on numba's threads
 
     def _alloc_rows(self, cap: int) -> None:
         # every slot is written before it is read, so the slab needs no zero fill
         self.slab = np.empty((cap, self.width), dtype=np.float32)
-        self.slot_ids = np.zeros(cap, dtype=np.int64)
         self.versions = np.zeros(cap, dtype=np.int64)
         self.flags = np.zeros(cap, dtype=np.uint8)
 
@@ -103,7 +103,7 @@ class ShardTable:
     # --- memory -------------------------------------------------------------------------------
     def overhead_nbytes(self) -> dict[str, int]:
         """Bytes of every array it holds beside the slab, by name (``map.keys``, ``map.vals``,
-        ``slot_ids``, ``versions``, ``flags``, and the per-request scratch). Found from the object
+        ``versions``, ``flags``, and the per-request scratch). Found from the object
         itself, so an array added to it later is counted too."""
         out: dict[str, int] = {}
         for name, v in vars(self).items():
@@ -130,10 +130,10 @@ class ShardTable:
             K.rehash(self.keys, self.vals, keys, vals)
             self.keys, self.vals = keys, vals
         if need > self.capacity:
-            old = (self.slab, self.slot_ids, self.versions, self.flags)
+            old = (self.slab, self.versions, self.flags)
             self._alloc_rows(max(2 * self.capacity, need))
             n = self.size
-            for new, prev in zip((self.slab, self.slot_ids, self.versions, self.flags), old,
+            for new, prev in zip((self.slab, self.versions, self.flags), old,
                                  strict=True):
                 new[:n] = prev[:n]
 
@@ -142,10 +142,19 @@ class ShardTable:
         return min(self.capacity, int(_MAX_LOAD * self.keys.shape[0]))
 
     def _scratch(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, marks) for a request of ``n`` IDs, and room for as many new IDs."""
         if self._slots.shape[0] < n:
             self._slots = np.empty(max(n, 2 * self._slots.shape[0]), dtype=np.int64)
             self._marks = np.empty(self._slots.shape[0], dtype=np.uint8)
+            self._new_ids = np.empty(self._slots.shape[0], dtype=np.int64)
         return self._slots[:n], self._marks[:n]
+
+    @property
+    def slot_ids(self) -> np.ndarray:
+        """The ID of each live slot (a pass over the map: for snapshots and dumps)."""
+        out = np.empty(self.size, dtype=np.int64)
+        K.slot_keys(self.keys, self.vals, out)
+        return out
 
     # --- requests -----------------------------------------------------------------------------
     def pull(self, ids: np.ndarray, with_state: bool, peek: bool, budget: int | None,
@@ -163,7 +172,7 @@ class ShardTable:
         limit = _NO_LIMIT if budget is None else self.size + max(budget, 0)
         while True:
             slots, marks = self._scratch(n)
-            size, status, at = kernel(self.keys, self.vals, self.slot_ids, self.slab,
+            size, status, at = kernel(self.keys, self.vals, self._new_ids, self.slab,
                                       self.versions, self.flags, self.size, ids, shard,
                                       num_shards, not peek, limit, self._room(), *self._init,
                                       rows, versions, slots, marks)
@@ -185,7 +194,7 @@ class ShardTable:
         c1, c2 = self.optimizer._corrections(step)
         while True:
             slots, marks = self._scratch(n)
-            size, status, at = kernel(self.keys, self.vals, self.slot_ids, self.slab,
+            size, status, at = kernel(self.keys, self.vals, self._new_ids, self.slab,
                                       self.versions, self.flags, self.size, ids, grads, shard,
                                       num_shards, limit, self._room(), *self._init, self._kind,
                                       *self._rule, c1, c2, slots, marks)
@@ -202,10 +211,11 @@ class ShardTable:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         limit = _NO_LIMIT if budget is None else self.size + max(budget, 0)
         out = np.empty(ids.shape[0], dtype=np.int64)
+        new_ids = np.empty(ids.shape[0], dtype=np.int64)
         while True:
-            size, status = K.find_or_add(self.keys, self.vals, self.slot_ids, self.slab,
-                                         self.versions, self.flags, self.size, ids, create, limit,
-                                         self._room(), *self._init, out)
+            size, status = K.find_or_add(self.keys, self.vals, new_ids, self.slab, self.versions,
+                                         self.flags, self.size, ids, create, limit, self._room(),
+                                         *self._init, out)
             if status != K.ROOM:
                 break
             self._grow(ids.shape[0])
@@ -229,8 +239,8 @@ class ShardTable:
             raise ShardError("request", "pushed IDs must be unique (sum their gradients first)")
         if status == K.FULL:
             known = np.empty(ids.shape[0], dtype=np.int64)
-            K.find_or_add(self.keys, self.vals, self.slot_ids, self.slab, self.versions,
-                          self.flags, self.size, ids, False, 0, 0, *self._init, known)
+            K.find_or_add(self.keys, self.vals, np.empty(0, dtype=np.int64), self.slab,
+                          self.versions, self.flags, self.size, ids, False, 0, 0, *self._init, known)
             new = np.unique(ids[known < 0]).shape[0]
             raise ShardError("full", f"table '{self.label}': {new} new rows do not fit the "
                                      f"{max(budget or 0, 0)} rows left")

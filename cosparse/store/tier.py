@@ -96,7 +96,7 @@ class Tier:
         # the planning horizon: a device tier's only (other tiers keep empty arrays)
         self.horizon = horizon
         self.future = FutureUses()
-        self.retired = np.zeros(0, dtype=np.int64)  # free slots taken out of use (resize)
+        self.retired = np.zeros(0, dtype=np.int32)  # free slots taken out of use (resize)
         self._alloc(capacity or initial_rows)
 
     def _alloc(self, cap: int) -> None:
@@ -107,8 +107,10 @@ class Tier:
         # the tag of the latest batch in the horizon that needs the row (``FutureUses``)
         self.wanted = np.zeros(cap if self.horizon else 0, dtype=np.int32)
         self.counts = np.zeros(cap, dtype=np.float32)
-        self.last = np.zeros(cap, dtype=np.int64)
-        self.free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # a stack: pops 0, 1, 2, ...
+        # the step of the last use (int32: 2**31 steps), and the free slots, a stack that pops
+        # 0, 1, 2, ... (int32: a tier holds fewer than 2**31 rows); slots leave it as int64
+        self.last = np.zeros(cap, dtype=np.int32)
+        self.free = np.arange(cap - 1, -1, -1, dtype=np.int32)
         self.n_free = cap
         if self.device.type == "cpu":
             # every slot is written before it is read, so the slab needs no zero fill
@@ -145,7 +147,7 @@ class Tier:
         ):
             new[:old_cap] = old
         self.slab[:old_cap] = old_slab
-        self.free = np.concatenate([np.arange(cap - 1, old_cap - 1, -1, dtype=np.int64), old_free])
+        self.free = np.concatenate([np.arange(cap - 1, old_cap - 1, -1, dtype=np.int32), old_free])
         self.n_free = self.free.shape[0]
 
     # --- lookups and slot management ----------------------------------------------------------
@@ -177,7 +179,7 @@ class Tier:
             if self.bounded:
                 raise RuntimeError(f"{self.name} tier: {n} slots asked, {self.n_free} free")
             self._grow(n - self.n_free)
-        slots = self.free[self.n_free - n : self.n_free][::-1].copy()
+        slots = self.free[self.n_free - n : self.n_free][::-1].astype(np.int64)
         self.n_free -= n
         return slots
 
@@ -282,7 +284,7 @@ class Tier:
 
     def _push_free(self, slots: np.ndarray) -> None:
         if self.free.shape[0] < self.n_free + slots.shape[0]:
-            grown = np.empty(self.n_free + slots.shape[0], dtype=np.int64)
+            grown = np.empty(self.n_free + slots.shape[0], dtype=np.int32)
             grown[: self.n_free] = self.free[: self.n_free]
             self.free = grown
         self.free[self.n_free : self.n_free + slots.shape[0]] = slots

@@ -16,10 +16,12 @@ one module per job:
 * ``eviction``: access statistics, pins and ``select_victims`` (``POLICY_*``);
 * ``planning``: a device tier's hits of a plan (``plan_hits``) and the admission of its
   misses with the batch's access (``admit``);
-* ``sketch``: admission by a count-min sketch (``cms_observe``).
+* ``sketch``: admission by a count-min sketch (``cms_observe``);
+* ``variants``: cached builds of one function with different flags (serial, parallel).
 
-numba's cache notices a change to a kernel's own file only: after editing ``hashing`` (inlined
-into the others), clear the ``__pycache__`` of this package.
+numba's cache notices a change to a kernel's own file only, not to the helpers inlined into it
+(``hashing``, ``rows.init_row``): ``cosparse.numba_cache`` therefore keeps the builds in a
+folder per version of the sources.
 """
 
 from cosparse.store.kernels.batch import dedup, transpose_bags

@@ -8,6 +8,7 @@ import numpy as np
 from numba import prange
 
 from cosparse.store.kernels.hashing import GOLDEN, mix64
+from cosparse.store.kernels.variants import variant
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -99,11 +100,9 @@ def _init_rows(slab, slots, ids, seed, dim, kind, a, b, state_value, col0):
         init_row(slab, slots[i], ids[i], s64, dim, kind, a, b, state_value, col0)
 
 
-init_rows = numba.njit(cache=True, nogil=True, parallel=True)(_init_rows)
-# for the planner's thread. Not cached: numba's cache keys a build by the Python function, not by
-# `parallel`, so two cached builds of one function load each other's machine code (a parallel
-# build run as the serial one crashed); this one compiles once per process instead.
-init_rows_serial = numba.njit(nogil=True)(_init_rows)
+init_rows = variant(_init_rows, "init_rows", nogil=True, parallel=True)
+# for the planner's thread (a cache entry of its own: ``variants``)
+init_rows_serial = variant(_init_rows, "init_rows_serial", nogil=True)
 
 
 # The planner moves rows on its background thread while the trainer's torch ops use the cores:
