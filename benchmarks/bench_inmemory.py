@@ -120,7 +120,8 @@ class Contender:
 
 
 class CosparseContender(Contender):
-    """cosparse EmbeddingCollection + DLRM; ``lookahead`` 1 prepares batch t+1 on a thread."""
+    """cosparse EmbeddingCollection + DLRM; ``lookahead`` 1 prepares and plans batch t+1 on a
+    thread."""
 
     def __init__(self, cfg: BenchConfig, raw: list[common.Batch], lookahead: int) -> None:
         import torch
@@ -143,9 +144,10 @@ class CosparseContender(Contender):
 
         if not self.lookahead:
             return (self.ec.prepare(self.batches[i]) for i in range(start, start + n)), None
-        # one batch past the round so that the last timed step overlaps a prepare, as in steady state
+        # one batch past the round so that the last timed step overlaps a prepare, as in steady
+        # state; the thread prepares and plans (``ec.staged``), as the trainer's prefetch does
         src = self.batches[start : min(start + n + 1, len(self.batches))]
-        pf = Prefetcher(src, self.ec.prepare, self.lookahead)
+        pf = Prefetcher(self.ec.staged(src), lambda prepared: prepared, self.lookahead)
         return iter(pf), pf
 
     def full(self, start: int, n: int) -> list[float]:

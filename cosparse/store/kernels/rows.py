@@ -38,49 +38,23 @@ def init_seed(seed):
     return mix64(np.uint64(seed) * GOLDEN + np.uint64(0x632BE59BD9B4E019))
 
 
-_M32 = np.uint64(0xFFFFFFFF)
-_GOLDEN32 = np.uint64(0x9E3779B9)
-_UNIT24 = 1.0 / 16777216.0  # 2**-24: a 24-bit integer to [0, 1), exact in float32
-
-
-@numba.njit(inline="always")
-def fmix32(h):
-    """MurmurHash3's 32-bit finaliser (a bijection of the low 32 bits of ``h``, a uint64)."""
-    h ^= h >> np.uint64(16)
-    h = (h * np.uint64(0x85EBCA6B)) & _M32
-    h ^= h >> np.uint64(13)
-    h = (h * np.uint64(0xC2B2AE35)) & _M32
-    return h ^ (h >> np.uint64(16))
-
-
-@numba.njit(inline="always")
-def unit24(k1, k2, n):
-    """A uniform in [0, 1) on a 2**-24 grid: number ``n`` of the stream keyed ``(k1, k2)``."""
-    x = ((k1 ^ ((np.uint64(n) * _GOLDEN32) & _M32)) + k2) & _M32
-    return np.float64(np.int64(fmix32(x) >> np.uint64(8))) * _UNIT24
-
-
 @numba.njit(inline="always")
 def init_row(slab, r, id_, s64, dim, kind, a, b, state_value, col0):
     """Initialise ``slab[r]`` for ID ``id_`` (``s64 = init_seed(seed)``): ``_init_rows``'s
     arithmetic for one row (``_init_rows`` calls it per row), inlined where a kernel creates rows
     one at a time (the parameter server's fused kernels, which must not call a cached dispatcher
-    that may hold a parallel build).
-
-    One 64-bit mix of (seed, ID) keys the row; value ``c`` then costs one 32-bit mix of its
-    column (``unit24``), which the CPU runs several columns at a time (twice as fast as a 64-bit
-    mix per value). 24 bits per uniform is all a float32 value keeps."""
+    that may hold a parallel build)."""
     width = slab.shape[1]
     base = mix64(s64 ^ np.uint64(id_))
-    k1 = base & _M32
-    k2 = base >> np.uint64(32)
     for c in range(dim):
         cc = col0 + c
+        h1 = mix64(base + np.uint64(2 * cc + 1) * GOLDEN)
+        u1 = np.float64(h1 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
         if kind == 0:
-            slab[r, c] = np.float32(a + (b - a) * unit24(k1, k2, cc))
+            slab[r, c] = np.float32(a + (b - a) * u1)
         else:
-            u1 = unit24(k1, k2, 2 * cc + 1)
-            u2 = unit24(k1, k2, 2 * cc + 2)
+            h2 = mix64(base + np.uint64(2 * cc + 2) * GOLDEN)
+            u2 = np.float64(h2 >> np.uint64(11)) * (1.0 / 9007199254740992.0)
             z = np.sqrt(-2.0 * np.log(1.0 - u1)) * np.cos(2.0 * np.pi * u2)
             slab[r, c] = np.float32(a * z)
     for c in range(dim, width):
