@@ -528,7 +528,7 @@ def row_overhead(shard_stats: Any) -> dict[str, Any]:
             "row_and_state_bytes_per_row": round(live / rows, 1) if rows else None,
             "slab_slack_bytes_per_row": round((slab - live) / rows, 1) if rows else None,
             "definition": "sum over the shards' tables of ShardTable.overhead_bytes() (nbytes of "
-                          "the ID->slot map, the per-slot IDs, versions and flags, and the "
+                          "the ID->slot map, the per-slot versions and flags, and the "
                           "per-request scratch, all at their allocated capacity) / live rows; the "
                           "slab's free slots are reported apart (slab_slack_bytes_per_row), not in "
                           "value"}

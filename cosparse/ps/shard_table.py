@@ -13,7 +13,8 @@ on that many numba threads; each row on one thread). Refused requests raise ``Sh
 change nothing.
 
 ``overhead_nbytes`` sums, from the live arrays, the bytes it holds beyond the rows and their
-optimizer state (the ID->slot map, the per-slot IDs, versions and flags).
+optimizer state (the ID->slot map, the per-slot versions and flags, the per-request scratch;
+no slot->ID array: ``slot_ids`` reads the map).
 """
 
 from __future__ import annotations
