@@ -7,7 +7,9 @@ stops, ends with the same losses and rows as the run that was never interrupted 
 - a dead trainer: nothing is reported (SIGKILL); its shards and workers exit on their own.
 
 The driver restarts after each stop with ``--resume``, which restarts the shards from their
-snapshots. The kills survived and the recovery times go to ``benchmarks/results/chaos.json``.
+snapshots. The kills survived and the recovery times are printed, and written as JSON to the
+path in ``COSPARSE_CHAOS_JSON`` when it is set (the saved run: ``COSPARSE_CHAOS_JSON=
+benchmarks/results/chaos.json``); a plain ``make test`` leaves the saved file alone.
 This is one of the named long tests (bounded at 5 minutes).
 """
 
@@ -32,7 +34,7 @@ from cosparse.config import load_config
 from cosparse.train.trainer import Trainer
 
 CLI = [sys.executable, "-m", "cosparse.cli", "train", "--no-progress"]
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "chaos.json"
+RESULTS = os.environ.get("COSPARSE_CHAOS_JSON")  # where to save the kills and recovery times
 STEPS = 32
 
 
@@ -211,12 +213,13 @@ def test_chaos_kills_then_resume_equal_the_uninterrupted_run(tmp_path):
         assert got_dense[k].equal(v), f"dense {k} differs"
 
     rec = [r["recovery_s"] for r in driver.survived]
-    RESULTS.write_text(json.dumps({
-        "kills_survived": len(driver.survived),
-        "kills": [{"target": r["target"], "step": r["step"], "recovery_s": round(r["recovery_s"], 2)}
-                  for r in driver.survived],
-        "recovery_s": {"min": min(rec), "median": statistics.median(rec), "max": max(rec)},
-        "steps": STEPS, "seed": 11, "wall_s": round(time.monotonic() - t0, 1),
-    }, indent=2) + "\n")
+    if RESULTS:
+        Path(RESULTS).write_text(json.dumps({
+            "kills_survived": len(driver.survived),
+            "kills": [{"target": r["target"], "step": r["step"],
+                       "recovery_s": round(r["recovery_s"], 2)} for r in driver.survived],
+            "recovery_s": {"min": min(rec), "median": statistics.median(rec), "max": max(rec)},
+            "steps": STEPS, "seed": 11, "wall_s": round(time.monotonic() - t0, 1),
+        }, indent=2) + "\n")
     print(f"\nchaos: {len(rec)} kills survived, recovery min {min(rec):.1f} s, "
           f"median {statistics.median(rec):.1f} s, max {max(rec):.1f} s")
