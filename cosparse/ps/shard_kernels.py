@@ -44,7 +44,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from cosparse.optim.kernels import ROWWISE_ADAGRAD, rowwise_adagrad_rows4, update_row
-from cosparse.store.kernels.hashing import EMPTY, erase_at, mix64
+from cosparse.store.kernels.hashing import EMPTY, erase_at, first_empty, mix64, probe, probe_hashed
 from cosparse.store.kernels.rows import init_row, init_seed
 from cosparse.store.kernels.variants import variant
 
@@ -99,24 +99,12 @@ def prefetch_row(slab, r):
 
 
 @numba.njit(inline="always")
-def probe(keys, vals, k, h, mask):
-    """(bucket, slot) of key ``k`` (hash ``h``): its bucket and slot, or the empty bucket where
-    it would go and -1."""
-    b = np.int64(h & mask)
-    while True:
-        v = vals[b]
-        if v == EMPTY or keys[b] == k:
-            return b, v
-        b = (b + 1) & np.int64(mask)
-
-
-@numba.njit(inline="always")
 def _rollback(keys, vals, new_ids, count):
     """Erase ``new_ids[:count]`` from the map (a refused request's inserts)."""
     mask = np.uint64(keys.shape[0] - 1)
     for j in range(count):
         k = new_ids[j]
-        b, _ = probe(keys, vals, k, mix64(np.uint64(k)), mask)
+        b, _ = probe(keys, vals, k, mask)
         erase_at(keys, vals, b, mask)
 
 
@@ -147,7 +135,7 @@ def _lookup(keys, vals, ids, shard, num_shards, grads, slots, marks):
                     break
         marks[i] = m
         bad += m
-        _, v = probe(keys, vals, k, h, mask)
+        _, v = probe_hashed(keys, vals, k, h, mask)
         slots[i] = v
     return bad > 0
 
@@ -163,7 +151,7 @@ def _insert_missing(keys, vals, new_ids, size, ids, slots, limit, room):
         if slots[i] >= 0:
             continue
         k = ids[i]
-        b, v = probe(keys, vals, k, mix64(np.uint64(k)), mask)
+        b, v = probe(keys, vals, k, mask)
         if v == EMPTY:
             if size >= limit or size >= room:
                 _rollback(keys, vals, new_ids, size - size0)
@@ -337,6 +325,6 @@ def rehash(old_keys, old_vals, new_keys, new_vals) -> None:
         if v == EMPTY:
             continue
         k = old_keys[i]
-        bk, _ = probe(new_keys, new_vals, k, mix64(np.uint64(k)), mask)
+        bk = first_empty(new_vals, k, mask)
         new_keys[bk] = k
         new_vals[bk] = v

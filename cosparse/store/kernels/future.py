@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from cosparse.store.kernels.hashing import EMPTY, bucket
+from cosparse.store.kernels.hashing import EMPTY, first_empty, probe
 
 
 @numba.njit(cache=True, nogil=True)
@@ -28,26 +28,14 @@ def future_enter(keys, vals, ids, tag, map_keys, map_vals, wanted):
     added = 0
     for i in range(ids.shape[0]):
         k = ids[i]
-        b = bucket(k, mask)
-        while True:
-            if vals[b] == EMPTY:
-                keys[b] = k
-                vals[b] = tag
-                added += 1
-                break
-            if keys[b] == k:
-                vals[b] = tag
-                break
-            b = (b + 1) & np.int64(mask)
-        b = bucket(k, dmask)
-        while True:
-            v = map_vals[b]
-            if v == EMPTY:
-                break
-            if map_keys[b] == k:
-                wanted[v] = tag
-                break
-            b = (b + 1) & np.int64(dmask)
+        b, v = probe(keys, vals, k, mask)
+        if v == EMPTY:
+            keys[b] = k
+            added += 1
+        vals[b] = tag
+        _, slot = probe(map_keys, map_vals, k, dmask)
+        if slot != EMPTY:
+            wanted[slot] = tag
     return added
 
 
@@ -62,9 +50,7 @@ def future_rehash(old_keys, old_vals, new_keys, new_vals, floor):
         if v <= floor:  # empty (-1) or stale
             continue
         k = old_keys[i]
-        b = bucket(k, mask)
-        while new_vals[b] != EMPTY:
-            b = (b + 1) & np.int64(mask)
+        b = first_empty(new_vals, k, mask)
         new_keys[b] = k
         new_vals[b] = v
         n += 1
@@ -79,14 +65,5 @@ def future_get(keys, vals, ids, out):
         return
     mask = np.uint64(keys.shape[0] - 1)
     for i in range(ids.shape[0]):
-        k = ids[i]
-        b = bucket(k, mask)
-        out[i] = 0
-        while True:
-            v = vals[b]
-            if v == EMPTY:
-                break
-            if keys[b] == k:
-                out[i] = v
-                break
-            b = (b + 1) & np.int64(mask)
+        _, v = probe(keys, vals, ids[i], mask)
+        out[i] = 0 if v == EMPTY else v

@@ -1,5 +1,5 @@
 """SplitMix64 and the open-addressing primitives every hash table kernel shares: an ID's home
-bucket, the empty marker, and backward-shift deletion."""
+bucket, the empty marker, the probe along a key's run, and backward-shift deletion."""
 
 from __future__ import annotations
 
@@ -24,6 +24,34 @@ def mix64(x: np.uint64) -> np.uint64:
 def bucket(key: np.int64, mask: np.uint64) -> np.int64:
     """The home bucket of ``key`` in a table of ``mask + 1`` buckets (a power of two)."""
     return np.int64(mix64(np.uint64(key)) & mask)
+
+
+@numba.njit(inline="always")
+def probe_hashed(keys, vals, k, h, mask):
+    """(bucket, value) of key ``k`` (hash ``h``): its bucket and value, or the empty bucket
+    that ends its run and ``EMPTY``."""
+    b = np.int64(h & mask)
+    while True:
+        v = vals[b]
+        if v == EMPTY or keys[b] == k:
+            return b, v
+        b = (b + 1) & np.int64(mask)
+
+
+@numba.njit(inline="always")
+def probe(keys, vals, k, mask):
+    """``probe_hashed`` of key ``k`` with its own hash."""
+    return probe_hashed(keys, vals, k, mix64(np.uint64(k)), mask)
+
+
+@numba.njit(inline="always")
+def first_empty(vals, k, mask):
+    """The empty bucket that ends the run of key ``k``, which the map does not hold (an insert
+    whose caller knows the key is absent: a rehash, an admission)."""
+    b = bucket(k, mask)
+    while vals[b] != EMPTY:
+        b = (b + 1) & np.int64(mask)
+    return b
 
 
 @numba.njit(inline="always")

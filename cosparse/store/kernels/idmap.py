@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from cosparse.store.kernels.hashing import EMPTY, bucket, erase_at
+from cosparse.store.kernels.hashing import EMPTY, erase_at, first_empty, probe
 
 
 @numba.njit(cache=True, nogil=True)
@@ -20,21 +20,16 @@ def map_lookup_or_insert(keys, vals, ids, out_slots, next_slot, limit):
     mask = np.uint64(keys.shape[0] - 1)
     for i in range(ids.shape[0]):
         k = ids[i]
-        b = bucket(k, mask)
-        while True:
-            v = vals[b]
-            if v == EMPTY:
-                if next_slot >= limit:
-                    return -1
-                keys[b] = k
-                vals[b] = next_slot
-                out_slots[i] = next_slot
-                next_slot += 1
-                break
-            if keys[b] == k:
-                out_slots[i] = v
-                break
-            b = (b + 1) & np.int64(mask)
+        b, v = probe(keys, vals, k, mask)
+        if v != EMPTY:
+            out_slots[i] = v
+            continue
+        if next_slot >= limit:
+            return -1
+        keys[b] = k
+        vals[b] = next_slot
+        out_slots[i] = next_slot
+        next_slot += 1
     return next_slot
 
 
@@ -44,18 +39,10 @@ def map_lookup(keys, vals, ids, out_slots):
     mask = np.uint64(keys.shape[0] - 1)
     found = 0
     for i in range(ids.shape[0]):
-        k = ids[i]
-        b = bucket(k, mask)
-        out_slots[i] = -1
-        while True:
-            v = vals[b]
-            if v == EMPTY:
-                break
-            if keys[b] == k:
-                out_slots[i] = v
-                found += 1
-                break
-            b = (b + 1) & np.int64(mask)
+        _, v = probe(keys, vals, ids[i], mask)
+        out_slots[i] = v  # (EMPTY is -1)
+        if v != EMPTY:
+            found += 1
     return found
 
 
@@ -67,9 +54,7 @@ def map_rehash(old_keys, old_vals, new_keys, new_vals):
         if v == EMPTY:
             continue
         k = old_keys[i]
-        b = bucket(k, mask)
-        while new_vals[b] != EMPTY:
-            b = (b + 1) & np.int64(mask)
+        b = first_empty(new_vals, k, mask)
         new_keys[b] = k
         new_vals[b] = v
 
@@ -79,11 +64,8 @@ def map_insert(keys, vals, ids, slots):
     """Insert absent ids with the given slots (the caller guarantees absence and room)."""
     mask = np.uint64(keys.shape[0] - 1)
     for i in range(ids.shape[0]):
-        k = ids[i]
-        b = bucket(k, mask)
-        while vals[b] != EMPTY:
-            b = (b + 1) & np.int64(mask)
-        keys[b] = k
+        b = first_empty(vals, ids[i], mask)
+        keys[b] = ids[i]
         vals[b] = slots[i]
 
 
@@ -93,12 +75,8 @@ def map_erase(keys, vals, ids):
     mask = np.uint64(keys.shape[0] - 1)
     erased = 0
     for i in range(ids.shape[0]):
-        k = ids[i]
-        b = bucket(k, mask)
-        while vals[b] != EMPTY:
-            if keys[b] == k:
-                erase_at(keys, vals, b, mask)
-                erased += 1
-                break
-            b = (b + 1) & np.int64(mask)
+        b, v = probe(keys, vals, ids[i], mask)
+        if v != EMPTY:
+            erase_at(keys, vals, b, mask)
+            erased += 1
     return erased

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from cosparse.store.kernels.hashing import EMPTY, bucket
+from cosparse.store.kernels.hashing import EMPTY, first_empty, probe
 
 
 @numba.njit(cache=True, nogil=True)
@@ -19,19 +19,11 @@ def plan_hits(map_keys, map_vals, ids, slots, pins):
     mask = np.uint64(map_keys.shape[0] - 1)
     hits = 0
     for i in range(ids.shape[0]):
-        k = ids[i]
-        b = bucket(k, mask)
-        slots[i] = -1
-        while True:
-            v = map_vals[b]
-            if v == EMPTY:
-                break
-            if map_keys[b] == k:
-                slots[i] = v
-                pins[v] += 1
-                hits += 1
-                break
-            b = (b + 1) & np.int64(mask)
+        _, v = probe(map_keys, map_vals, ids[i], mask)
+        slots[i] = v  # (EMPTY is -1)
+        if v != EMPTY:
+            pins[v] += 1
+            hits += 1
     return hits
 
 
@@ -55,9 +47,7 @@ def admit(map_keys, map_vals, miss_ids, miss_slots, in_counts, in_last, in_dirty
     for i in range(miss_ids.shape[0]):
         k = miss_ids[i]
         s = miss_slots[i]
-        b = bucket(k, mask)
-        while map_vals[b] != EMPTY:
-            b = (b + 1) & np.int64(mask)
+        b = first_empty(map_vals, k, mask)
         map_keys[b] = k
         map_vals[b] = s
         slot_ids[s] = k
@@ -68,15 +58,9 @@ def admit(map_keys, map_vals, miss_ids, miss_slots, in_counts, in_last, in_dirty
         last[s] = in_last[i]
         tag = 0
         if fut_keys.shape[0]:
-            b = bucket(k, fmask)
-            while True:
-                v = fut_vals[b]
-                if v == EMPTY:
-                    break
-                if fut_keys[b] == k:
-                    tag = v
-                    break
-                b = (b + 1) & np.int64(fmask)
+            _, v = probe(fut_keys, fut_vals, k, fmask)
+            if v != EMPTY:
+                tag = v
         wanted[s] = tag
     ages = 64
     decay = np.empty(ages, dtype=np.float64)
