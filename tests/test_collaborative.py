@@ -47,6 +47,12 @@ def test_resident_filter_has_no_false_negatives_and_few_false_positives(tmp_path
     assert not (tmp_path / "f").exists()
 
 
+def test_resident_filter_refuses_more_bits_per_id_than_one_mix_gives(tmp_path):
+    FilterLayout.sized(str(tmp_path / "f"), {"a": 100}, bits_per_row=10, k=5)
+    with pytest.raises(ValueError, match="k = 6 bits per ID"):
+        FilterLayout.sized(str(tmp_path / "f"), {"a": 100}, bits_per_row=10, k=6)
+
+
 def test_shared_batch_round_trip_unlinks_the_file():
     d = shared_dir("cosparse-test-")
     try:

@@ -36,8 +36,13 @@ class FilterLayout:
     @classmethod
     def sized(cls, path: str, capacity_rows: dict[str, int], bits_per_row: int, k: int = 4
               ) -> FilterLayout:
+        if not 1 <= k <= 5:
+            raise ValueError(f"resident filter: k = {k} bits per ID, must be 1 to 5 (one 64-bit "
+                             "mix gives the word and the bits)")
         names = tuple(capacity_rows)
         words = tuple(max(8, (capacity_rows[n] * bits_per_row + 63) // 64) for n in names)
+        if max(words) >= 1 << 32:
+            raise ValueError(f"resident filter: {max(words)} words for one table, over 2**32")
         return cls(path, names, words, k)
 
     @property
