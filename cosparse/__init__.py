@@ -6,7 +6,9 @@ points numba's kernel cache at a folder keyed by the sources (``cosparse.numba_c
 any kernel is decorated.
 """
 
+# (both import only the standard library, so their order does not matter: each must run before
+# torch, numba or any kernel module is imported)
 from cosparse import (
-    numba_cache,  # noqa: F401  (before any kernel module)
-    omp_wait,  # noqa: F401  (first: before anything imports torch)
+    numba_cache,  # noqa: F401
+    omp_wait,  # noqa: F401
 )

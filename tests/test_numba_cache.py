@@ -28,9 +28,9 @@ def test_the_digest_changes_with_any_source_file(tmp_path: Path) -> None:
     assert numba_cache.source_digest(pkg) != first
 
 
-def _run(code: str, env: dict[str, str]) -> str:
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+def _run(code: str, env: dict[str, str], *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -77,14 +77,7 @@ def test_serial_and_parallel_variants_of_one_function_have_cache_entries_of_thei
             "out = np.empty((4, 3), np.float32)\n"
             "k(out, np.arange(4), np.arange(4), 7, 2, 0, -0.1, 0.1, 0.0, 0)\n"
             "print(sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values()))\n")
-
-    def hits_misses(which: str) -> str:
-        proc = subprocess.run([sys.executable, "-c", code, which], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout.strip()
-
-    assert hits_misses("parallel") == "0 1"
-    assert hits_misses("serial") == "0 1"  # not the parallel build
-    assert hits_misses("serial") == "1 0"
-    assert hits_misses("parallel") == "1 0"
+    assert _run(code, env, "parallel") == "0 1"
+    assert _run(code, env, "serial") == "0 1"  # not the parallel build
+    assert _run(code, env, "serial") == "1 0"
+    assert _run(code, env, "parallel") == "1 0"

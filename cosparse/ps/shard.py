@@ -201,7 +201,7 @@ class Shard:
     def dump(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Every row of a table with its optimizer state: (ids, rows [n, dim + state])."""
         t = self.table(name)
-        return t.slot_ids, t.slab[: t.rows].copy()
+        return t.ids_by_slot(), t.slab[: t.rows].copy()
 
     def push(self, name: str, ids: np.ndarray, grads: np.ndarray, step: int) -> int:
         """Apply the optimizer to unique ``ids`` with ``grads`` [n, dim] at 1-based ``step``."""

@@ -293,18 +293,14 @@ def _find_or_add(keys, vals, new_ids, slab, versions, flags, size, ids, create, 
     return size, status
 
 
-def _compile(fn, name: str, parallel: bool):  # noqa: ANN001, ANN202 - a numba dispatcher
-    return variant(fn, name, nogil=True, parallel=parallel)
-
-
 # serial variants (one thread: no parallel region to start per request), and parallel ones for
 # ``ps serve --shard-threads N`` with N > 1 (the passes above are inlined into each)
 
-pull_serial = _compile(_pull, "pull_serial", False)
-pull_parallel = _compile(_pull, "pull_parallel", True)
-push_serial = _compile(_push, "push_serial", False)
-push_parallel = _compile(_push, "push_parallel", True)
-find_or_add = _compile(_find_or_add, "find_or_add", False)
+pull_serial = variant(_pull, "pull_serial", nogil=True)
+pull_parallel = variant(_pull, "pull_parallel", nogil=True, parallel=True)
+push_serial = variant(_push, "push_serial", nogil=True)
+push_parallel = variant(_push, "push_parallel", nogil=True, parallel=True)
+find_or_add = variant(_find_or_add, "find_or_add", nogil=True)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -14,7 +14,7 @@ change nothing.
 
 ``overhead_nbytes`` sums, from the live arrays, the bytes it holds beyond the rows and their
 optimizer state (the ID->slot map, the per-slot versions and flags, the per-request scratch;
-no slot->ID array: ``slot_ids`` reads the map).
+no slot->ID array: ``ids_by_slot`` reads the map).
 """
 
 from __future__ import annotations
@@ -150,9 +150,8 @@ class ShardTable:
             self._new_ids = np.empty(self._slots.shape[0], dtype=np.int64)
         return self._slots[:n], self._marks[:n]
 
-    @property
-    def slot_ids(self) -> np.ndarray:
-        """The ID of each live slot (a pass over the map: for snapshots and dumps)."""
+    def ids_by_slot(self) -> np.ndarray:
+        """The ID of each live slot: one pass over the whole map (for snapshots and dumps)."""
         out = np.empty(self.size, dtype=np.int64)
         K.slot_keys(self.keys, self.vals, out)
         return out

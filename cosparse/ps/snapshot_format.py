@@ -64,7 +64,7 @@ def write_snapshot(root: str | Path, tables: Mapping[str, ShardTable], shard: in
             occ = t.occupied_slots()
             slots = occ[t.dirty] if incremental else occ
             files = {}
-            for suffix, arr in (("ids", t.slot_ids[slots]), ("rows", t.read(slots, True)),
+            for suffix, arr in (("ids", t.ids_by_slot()[slots]), ("rows", t.read(slots, True)),
                                 ("versions", t.versions[slots])):
                 fname = f"t{i}.{suffix}.npy"
                 files[fname] = _write_npy(tmp / fname, arr)
