@@ -17,6 +17,7 @@ test prints how many cases it ran.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -259,3 +260,45 @@ def test_a_frame_over_the_transport_limit_drops_only_that_connection(target, cap
         assert target.answer([b"JUNK"]).error == P.E_BAD_FRAME  # the fuzz connection still works
     with capsys.disabled():
         print(f"\n[fuzz] ps over the transport limit: 2 cases in {time.perf_counter() - t0:.1f} s")
+
+
+def test_concurrent_pulls_of_mixed_sizes_all_succeed(target, capsys):
+    """Issue 31, item 1: several clients at once, each pulling replies of mixed sizes up to the
+    shard's message limit (so reply buffers of many size classes are in flight and the pool
+    forgets some), every pull succeeds and returns the rows a single client read first."""
+    t0 = time.perf_counter()
+    universe = np.arange(50_000, dtype=np.int64)
+    reference = target.client.pull("probe", universe, peek=True).rows
+    row_bytes = reference.shape[1] * 4 + 8  # a row and its version in the reply
+    most = (MAX_MESSAGE - 4096) // row_bytes  # the largest reply under the limit
+    errors: list[BaseException] = []
+
+    def pulls(seed: int, clients: list) -> None:
+        rng = np.random.default_rng(seed)
+        client = target.sh.client(timeout_s=20)
+        clients.append(client)
+        try:
+            for _ in range(int(40 * SCALE)):
+                n = int(rng.integers(1, most)) if rng.random() < 0.7 else int(rng.integers(1, 64))
+                ids = rng.choice(universe, size=min(n, universe.size), replace=False)
+                got = client.pull("probe", ids, peek=True).rows
+                np.testing.assert_array_equal(got, reference[ids])
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    clients: list = []
+    threads = [threading.Thread(target=pulls, args=(s, clients)) for s in range(6)]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=50)
+        assert not any(th.is_alive() for th in threads), "a puller did not finish within 50 s"
+    finally:
+        for c in clients:
+            c.close()
+    assert not errors, errors[0]
+    target.check()
+    with capsys.disabled():
+        print(f"\n[fuzz] ps concurrent mixed-size pulls: 6 clients x {int(40 * SCALE)} in "
+              f"{time.perf_counter() - t0:.1f} s")

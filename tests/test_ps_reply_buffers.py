@@ -27,3 +27,14 @@ def test_the_pool_is_bounded() -> None:
     held = [pool.take(1 << k) for k in range(17, 22)]
     assert len(pool.pool) == 2 and pool.allocated == 5
     assert all(h.nbytes == 1 << k for h, k in zip(held, range(17, 22), strict=True))
+
+
+def test_forgetting_the_smallest_buffer_anywhere_in_the_pool() -> None:
+    """The smallest buffer is not the first one: forgetting it must not compare arrays (issue
+    31: ``list.remove`` broadcast a 1 MiB buffer against a 128 KiB one and failed the PULL)."""
+    pool = ReplyBuffers(keep=2)
+    held = [pool.take(1 << 20), pool.take(1 << 17), pool.take(1 << 18)]
+    assert sorted(b.nbytes for b in pool.pool) == [1 << 18, 1 << 20]
+    held += [pool.take(1 << 19), pool.take(1 << 16)]
+    assert len(pool.pool) == 2 and pool.allocated == 5
+    del held

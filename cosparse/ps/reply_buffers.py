@@ -38,5 +38,6 @@ class ReplyBuffers:
         self.allocated += 1
         self.pool.append(buf)
         if len(self.pool) > self.keep:  # forget the smallest (it is freed once its reply left)
-            self.pool.remove(min(self.pool, key=lambda b: b.nbytes))
+            # by position: ``list.remove`` would compare the arrays with ``==`` (elementwise)
+            del self.pool[min(range(len(self.pool)), key=lambda i: self.pool[i].nbytes)]
         return buf[:nbytes]
