@@ -233,9 +233,10 @@ def test_an_over_size_request_in_hmac_mode_gets_a_maced_limit_error(tmp_path):
         assert c.pull("wide", np.arange(10, dtype=np.int64)).rows.shape == (10, 16)
 
 
-def test_without_namespaces_the_shard_is_one_trust_domain(tmp_path: Path):
+def test_without_namespaces_the_shard_is_one_trust_domain(tmp_path: Path, capsys):
     """No ``--namespaces``: today's behaviour (what the README says): a client reaches every
-    namespace's tables, and a REGISTER's quota applies to the namespace it names."""
+    namespace's tables, and a REGISTER's quota applies to the namespace it names. Its refusal
+    is reported as a quota (exit 2), not as an unavailable shard."""
     ids = np.arange(10, dtype=np.int64)
     with EmbeddedShards(1, [CAT], tmp_path, namespace="m1") as sh, sh.client() as m1, \
             PSClient(sh.endpoints, timeout_s=10, namespace="m2", quota={"rows": 5}) as m2:
@@ -243,3 +244,12 @@ def test_without_namespaces_the_shard_is_one_trust_domain(tmp_path: Path):
         m2.push_rows("m1/cat", ids, np.zeros((10, 8), np.float32))
         np.testing.assert_array_equal(m1.pull("cat", ids).rows, 0)
         assert m1.stats()[0]["namespaces"]["m2"]["quota"] == {"rows": 5, "bytes": None}
+        with pytest.raises(PSError) as ei:
+            m2.pull("cat", ids)
+    capsys.readouterr()
+    assert exits.report(ei.value) == exits.USAGE
+    line = capsys.readouterr().err
+    assert line.startswith("cosparse: PS namespace over its quota: ") and line.count("\n") == 1
+    for part in ("namespace 'm2' is at its quota", "quota of 5 rows",
+                 "raise store.remote.quota of namespace 'm2'"):
+        assert part in line, line
