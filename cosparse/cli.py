@@ -253,7 +253,7 @@ def _ps_serve(args: argparse.Namespace) -> int:
         return 2
     opts = ServeOptions(
         shard=args.shard, num_shards=args.num_shards, bind=args.bind, data_dir=args.data_dir,
-        config=args.config, auth_key=key, curve_secret=args.curve_secret,
+        config=args.config, auth_key=key, curve_secret=args.curve_secret, namespaces=args.namespaces,
         ready_file=args.ready_file, parent_pid=args.parent_pid, restore=args.restore,
         announce=args.announce, limits=limits, shard_threads=args.shard_threads,
     )
@@ -288,6 +288,11 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
     auth.add_argument("--auth-key", default=None, help="file with a shared secret: HMAC-SHA256 per request")
     auth.add_argument("--curve-secret", default=None,
                       help="CURVE server secret key file (from `cosparse ps keygen`)")
+    s.add_argument("--namespaces", default=None, metavar="FILE",
+                   help="YAML: NAMESPACE: {key: FILE, quota: {rows, bytes}, readers: [...]}; "
+                        "each namespace authenticates with its own HMAC key and touches only its "
+                        "own tables (and reads those whose namespace lists it); quotas come from "
+                        "here only. Without it the shard is one trust domain")
     s.add_argument("--ready-file", default=None, help="write the bound endpoint here once serving")
     s.add_argument("--parent-pid", type=int, default=None, help="exit when this parent process is gone")
     s.add_argument("--announce", default=None, metavar="HOST:PORT",

@@ -8,9 +8,10 @@ CLI prints ``cosparse: <what>: <message> (<what to do>)`` on stderr and exits wi
 |------|-------------------------------------------------------------------------|
 | 0    | success                                                                 |
 | 1    | an internal error (a bug): the message asks for ``--debug``            |
-| 2    | configuration or usage (bad key or value, a store too small, --fresh)  |
+| 2    | configuration or usage (bad key or value, a store too small, --fresh),  |
+|      | a PS namespace over its quota or a PS shard's row budget full           |
 | 3    | data (a bad record, with file:line:column)                              |
-| 4    | the PS: a shard unreachable, silent or refusing our key                 |
+| 4    | the PS: a shard unreachable, silent, refusing our key or our namespace  |
 | 5    | a data worker died, or the rows it delivered were unusable              |
 | 6    | a stall: a wait whose other side made no progress (train.stall_timeout_s) |
 | 7    | a checkpoint could not be written (disk full, I/O error) or read        |
@@ -55,7 +56,8 @@ def _classify(e: BaseException) -> Failure:
     from cosparse.config import ConfigError
     from cosparse.data.errors import DataError
     from cosparse.data.pool import WorkerExited
-    from cosparse.ps.client import PSAuthError, PSError, PSUnavailable
+    from cosparse.ps import protocol
+    from cosparse.ps.client import PSAccessDenied, PSAuthError, PSError, PSFull, PSUnavailable
     from cosparse.stall import StallError
     from cosparse.store.types import CapacityError
     from cosparse.supply.collaborative import DeliveryError, SupplyFailure
@@ -71,7 +73,15 @@ def _classify(e: BaseException) -> Failure:
         return Failure(DATA, "data error", "fix the record, or set data.on_bad_record: skip")
     if isinstance(e, PSAuthError):
         return Failure(PS, "PS authentication failed",
-                       "give the trainer and the shards the same key (store.remote.auth_key)")
+                       "give the trainer the key the shards hold for its namespace "
+                       "(store.remote.auth_key, store.remote.namespace)")
+    if isinstance(e, PSFull):  # the message names the quota or budget and the key that sets it
+        what = "PS namespace over its quota" if e.code == protocol.E_QUOTA else "PS shard full"
+        return Failure(USAGE, what, f"raise it or add shards, then {_RESUME}")
+    if isinstance(e, PSAccessDenied):
+        return Failure(PS, "PS access denied",
+                       "a namespace writes only its own tables, and reads another's only if that "
+                       "namespace lists it as a reader (ps serve --namespaces FILE)")
     if isinstance(e, PSUnavailable | PSError):
         return Failure(PS, "PS unavailable", f"check or restart the shard, then {_RESUME}")
     if isinstance(e, WorkerExited | SupplyFailure | DeliveryError):

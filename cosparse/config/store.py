@@ -58,7 +58,9 @@ class RemoteConfig:
     data_dir: str | None = None  # embedded shards' snapshots (default: a temporary directory)
     timeout_s: float = 30.0  # a request not answered in this time fails, naming the shard
     heartbeat_s: float = 1.0
-    auth_key: str | None = None  # HMAC shared-secret file (from `cosparse ps keygen`)
+    # HMAC shared-secret file (from `cosparse ps keygen`); with `ps serve --namespaces`, the key
+    # of this run's namespace
+    auth_key: str | None = None
     max_rows: int | None = None  # embedded shards: each one's row budget (ps serve --max-rows)
     # the PS snapshots kept, of the newest saves (default train.checkpoint.keep): how far back
     # `cosparse export --since` reaches; each kept checkpoint's snapshots stay regardless
@@ -66,7 +68,10 @@ class RemoteConfig:
     # the PS namespace of this run's tables (default: "default"; in a multi-model run each
     # model's name): tables of two namespaces never share rows, unless tables[i].shared_as says so
     namespace: str | None = None
-    quota: QuotaConfig | None = None  # this namespace's rows / bytes on each shard (at most)
+    # this namespace's rows / bytes on each shard (at most), sent with REGISTER: for embedded
+    # shards, or external ones without `ps serve --namespaces` (one trust domain); a shard with
+    # a namespaces file refuses it (its operator sets quotas there)
+    quota: QuotaConfig | None = None
 
     @property
     def namespace_name(self) -> str:

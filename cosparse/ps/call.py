@@ -20,7 +20,7 @@ from cosparse import waits
 from cosparse.link import LinkShaper
 from cosparse.ps import protocol as P
 from cosparse.ps.connections import Pending, ShardConnections
-from cosparse.ps.errors import PSAuthError, PSError, PSUnavailable
+from cosparse.ps.errors import PSAuthError, PSError, PSUnavailable, error_reply
 from cosparse.spans import SPANS
 
 MAX_SESSION_RETRIES = 3
@@ -55,13 +55,17 @@ class Call:
     every reply; ``run`` returns them in the order of ``reqs``.
 
     ``send(shard, frames, wait_s)``: what puts a message on the wire (default
-    ``conns.send``; the client passes its own ``_send``, which tests wiretap)."""
+    ``conns.send``; the client passes its own ``_send``, which tests wiretap). ``namespace``:
+    the client's, named in its HELLO (a shard with ``--namespaces`` checks it with that
+    namespace's key)."""
 
     def __init__(self, conns: ShardConnections, key: bytes | None, counters: ClientCounters,
                  reqs: list[tuple[int, P.Message]], timeout: float,
                  watch: Callable[[], None] | None = None, link: LinkShaper | None = None,
-                 send: Callable[[int, list, float], None] | None = None) -> None:
+                 send: Callable[[int, list, float], None] | None = None,
+                 namespace: str = "") -> None:
         self.conns, self.key, self.counters = conns, key, counters
+        self.namespace = namespace
         self.reqs, self.timeout, self.watch, self.link = reqs, timeout, watch, link
         self.send = send if send is not None else conns.send
         self.out: list[P.Message | None] = [None] * len(reqs)
@@ -115,7 +119,8 @@ class Call:
             if i not in self.waiting:  # open a session first
                 self.waiting[i] = []
                 nonce = os.urandom(P.NONCE_BYTES)
-                hello = P.Message(P.OP_HELLO, arrays=[np.frombuffer(nonce, dtype=np.uint8)])
+                hello = P.Message(P.OP_HELLO, text=self.namespace,
+                                  arrays=[np.frombuffer(nonce, dtype=np.uint8)])
                 self._send(i, hello, -1, b"", nonce)
             self.waiting[i].append(idx)
             return
@@ -164,7 +169,7 @@ class Call:
                 self._opened(i, msg)
                 continue
             if msg.error != P.E_OK:
-                raise PSError(i, ep, msg.error, msg.text)
+                raise error_reply(i, ep, msg.error, msg.text)
             self.out[pend.idx] = msg
             self.left -= 1
 

@@ -51,12 +51,12 @@ from cosparse.link import LinkShaper
 from cosparse.ps import protocol as P
 from cosparse.ps.call import MAX_SESSION_RETRIES, Call, ClientCounters
 from cosparse.ps.connections import ShardConnections
-from cosparse.ps.errors import PSAuthError, PSError, PSUnavailable
+from cosparse.ps.errors import PSAccessDenied, PSAuthError, PSError, PSFull, PSUnavailable
 from cosparse.ps.keys import read_key_file
 from cosparse.ps.namespaces import DEFAULT_NAMESPACE
 
-__all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "MAX_SESSION_RETRIES", "ClientCounters", "PSAuthError",
-           "PSClient", "PSError", "PSUnavailable", "PullResult"]
+__all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "MAX_SESSION_RETRIES", "ClientCounters", "PSAccessDenied",
+           "PSAuthError", "PSClient", "PSError", "PSFull", "PSUnavailable", "PullResult"]
 
 CHUNK_ROWS = 1 << 18  # rows per request at most (a shard's default limit is 2^20)
 CHUNK_BYTES = 64 << 20  # bytes per request (and PULL reply) at most, about
@@ -76,9 +76,12 @@ class PullResult:
 class PSClient:
     """Client of ``len(endpoints)`` shards; shard ``i`` listens on ``endpoints[i]``.
 
-    ``namespace``: the PS namespace of bare table names (``store.remote.namespace``); ``quota``:
-    ``{rows, bytes}`` per shard that ``register`` declares for it (``store.remote.quota``).
-    ``auth_key``: HMAC shared secret (bytes or a key file path). ``curve``: (client secret key
+    ``namespace``: the PS namespace of bare table names (``store.remote.namespace``), named in the
+    HELLO of each HMAC session; ``quota``: ``{rows, bytes}`` per shard that ``register`` declares
+    for it (``store.remote.quota``; only a shard without ``--namespaces`` takes it: with one, the
+    operator's namespaces file sets the quotas and a client's is refused).
+    ``auth_key``: HMAC shared secret (bytes or a key file path): the namespace's key, on a shard
+    with ``--namespaces``. ``curve``: (client secret key
     file, server public key file) from ``cosparse ps keygen``. ``watch``: called while waiting;
     may raise ``PSUnavailable`` (e.g. ``EmbeddedShards.check``).
     """
@@ -317,7 +320,7 @@ class PSClient:
         with self._lock:
             timeout = self.timeout_s if timeout_s is None else timeout_s
             return Call(self.conns, self.key, self.counters, reqs, timeout, self.watch,
-                        self.link, self._send).run()
+                        self.link, self._send, self.namespace).run()
 
     def _send(self, i: int, frames: list, wait_s: float) -> None:
         """Put one message on shard ``i``'s connection (waiting up to ``wait_s`` for one)."""

@@ -18,6 +18,24 @@ class PSAuthError(PSError):
     """A shard refused the request's credentials."""
 
 
+class PSFull(PSError):
+    """A shard refused new rows: its namespace's quota (``E_QUOTA``) or its row budget
+    (``E_FULL``) is reached; the message names the limit and the key that sets it."""
+
+
+class PSAccessDenied(PSError):
+    """The client's namespace may not touch that table (``ps serve --namespaces``)."""
+
+
+_BY_CODE: dict[int, type[PSError]] = {P.E_AUTH: PSAuthError, P.E_FULL: PSFull, P.E_QUOTA: PSFull,
+                                      P.E_DENIED: PSAccessDenied}
+
+
+def error_reply(shard: int, endpoint: str, code: int, message: str) -> PSError:
+    """The exception for a shard's error reply of ``code``."""
+    return _BY_CODE.get(code, PSError)(shard, endpoint, code, message)
+
+
 class PSUnavailable(RuntimeError):
     """A shard is dead or did not answer in time; ``silence_s``: how long it has been silent
     (None when unknown)."""

@@ -6,7 +6,8 @@ table name never holds a ``/``); a bare ``TABLE`` (an older client, an older sna
 unless one names the other's table on purpose (``tables[i].shared_as``).
 
 ``NamespaceBook`` keeps what a shard knows per namespace: its quota (rows and bytes on this shard,
-declared by the namespace's REGISTER, within the shard's row budget) and its request accounting
+within the shard's row budget: from the operator's ``ps serve --namespaces`` file, or, on a shard
+without one, declared by the namespace's REGISTER) and its request accounting
 (requests, rows and array bytes per op, and the requests refused).
 """
 
@@ -17,9 +18,13 @@ import re
 from dataclasses import dataclass
 
 from cosparse.config.store import DEFAULT_NAMESPACE, PS_NAME_PATTERN
+from cosparse.ps import protocol as P
 from cosparse.ps.limits import ShardError
 
-__all__ = ["DEFAULT_NAMESPACE", "NamespaceBook", "Quota", "key_of", "split_key"]
+__all__ = ["COUNTED_OPS", "DEFAULT_NAMESPACE", "NamespaceBook", "Quota", "account", "key_of",
+           "split_key"]
+
+COUNTED_OPS = (P.OP_PULL, P.OP_PUSH, P.OP_PUSH_ROWS, P.OP_DUMP)  # accounted per namespace
 
 _NAME = re.compile(PS_NAME_PATTERN)
 QUOTA_KEY = "store.remote.quota"
@@ -86,15 +91,24 @@ class NamespaceBook:
 
     def __init__(self) -> None:
         self.quotas: dict[str, Quota] = {}
+        # namespace -> where its quota is set, as a refusal names it
+        self.quota_keys: dict[str, str] = {}
         # namespace -> op name -> {requests, rows, bytes, refused}
         self.ops: dict[str, dict[str, dict[str, int]]] = {}
 
-    def set_quota(self, namespace: str, quota: Quota | None) -> None:
-        """The namespace's quota from its latest REGISTER (None: no quota)."""
+    def set_quota(self, namespace: str, quota: Quota | None, key: str | None = None) -> None:
+        """The namespace's quota (None: no quota), from its latest REGISTER or the operator's
+        namespaces file; ``key``: where it is set (default ``store.remote.quota``)."""
         if quota is None:
             self.quotas.pop(namespace, None)
+            self.quota_keys.pop(namespace, None)
         else:
             self.quotas[namespace] = quota
+            self.quota_keys[namespace] = key or f"{QUOTA_KEY} of namespace '{namespace}'"
+
+    def quota_key(self, namespace: str) -> str:
+        """Where the namespace's quota is set (what a refusal tells to raise)."""
+        return self.quota_keys.get(namespace, f"{QUOTA_KEY} of namespace '{namespace}'")
 
     def count(self, namespace: str, op: str, rows: int, nbytes: int, ok: bool) -> None:
         """One request of ``op`` on ``namespace``: its IDs and array bytes (in and out)."""
@@ -117,3 +131,18 @@ class NamespaceBook:
                        "quota": None if q is None else {"rows": q.rows, "bytes": q.bytes},
                        "ops": self.ops.get(ns, {})}
         return out
+
+
+def account(book: NamespaceBook, req: P.Message | None, reply: P.Message) -> None:
+    """Count a data request on the namespace of the table it names (refused ones too)."""
+    if req is None or req.op not in COUNTED_OPS:
+        return
+    try:
+        ns, _ = split_key(req.text)
+    except ShardError:
+        return
+    ok = reply.error == P.E_OK
+    nbytes = sum(a.nbytes for a in req.arrays) + sum(a.nbytes for a in reply.arrays)
+    rows = int(req.arrays[0].shape[0]) if req.arrays else \
+        int(reply.arrays[0].shape[0]) if reply.arrays else 0
+    book.count(ns, P.OP_NAMES[req.op], rows, nbytes, ok)

@@ -17,7 +17,8 @@ A message is a list of ZeroMQ frames::
   of every preceding frame, each prefixed by its length.
 
 Sessions (HMAC mode): a client first sends HELLO with a fresh random 16-byte client nonce (MACed
-with an empty session); the shard answers with a fresh random 16-byte session nonce, MACed under
+with an empty session; its text names the client's namespace, whose key MACs it on a shard with
+``ps serve --namespaces``); the shard answers with a fresh random 16-byte session nonce, MACed under
 the client nonce (so an old HELLO reply cannot be fed to the client). Every later request on that
 connection is MACed under the session nonce, and its request id is a counter that must grow
 strictly on the connection: the shard keeps (nonce, last counter) per ZeroMQ routing identity,
@@ -94,11 +95,14 @@ E_INTERNAL = 9
 E_LIMIT = 10  # over one of the shard's limits (message size, rows per request, table shape)
 E_SESSION = 11  # HMAC mode: no session on this connection (send HELLO first)
 E_FULL = 12  # the shard's row budget (ps serve --max-rows) is full
+E_QUOTA = 13  # the namespace's quota on the shard is reached
+E_DENIED = 14  # the session's namespace may not touch that table (ps serve --namespaces)
 ERROR_NAMES = {E_OK: "ok", E_BAD_FRAME: "bad frame", E_BAD_VERSION: "bad version",
                E_UNKNOWN_OP: "unknown op", E_BAD_DTYPE: "bad dtype", E_UNKNOWN_TABLE: "unknown table",
                E_NOT_OWNER: "ID not owned by this shard", E_AUTH: "authentication failed",
                E_BAD_REQUEST: "bad request", E_INTERNAL: "internal error",
-               E_LIMIT: "over a limit", E_SESSION: "no session", E_FULL: "shard full"}
+               E_LIMIT: "over a limit", E_SESSION: "no session", E_FULL: "shard full",
+               E_QUOTA: "over the namespace's quota", E_DENIED: "access denied"}
 
 # --- dtypes -----------------------------------------------------------------------------------
 DTYPES: dict[int, np.dtype] = {1: np.dtype("<f4"), 2: np.dtype("<i8"), 3: np.dtype("<i4"),

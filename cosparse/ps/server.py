@@ -6,13 +6,15 @@ is drained are the queue depth reported by STATS, with the serving thread's CPU 
 (``cpu_s_by_op``: decode, the shard's work, encode and send of each request). Any malformed or
 refused request gets an error reply (never a crash). The server binds 127.0.0.1 by default; a
 non-loopback bind needs authentication (an HMAC shared secret, ``--auth-key FILE``, or CURVE,
-``--curve-secret FILE``).
+``--curve-secret FILE``, or per-namespace HMAC keys, ``--namespaces FILE``: see ``tenancy``).
 On start it restores the newest snapshot chain in ``--data-dir``; SNAPSHOT requests write there.
 
 Limits: a message over ``--max-message-bytes`` is refused (a single frame over it is cut by
 ZeroMQ's ``MAXMSGSIZE``, which drops that connection: it cannot be answered without reading it);
-rows per request, table shapes and the shard's row budget are ``ShardLimits``. With an HMAC key,
-every connection opens a session (HELLO) and each request's counter must grow: see ``protocol``.
+rows per request, table shapes and the shard's row budget are ``ShardLimits``. With an HMAC key
+(or namespaces), every connection opens a session (HELLO) and each request's counter must grow:
+see ``protocol`` and ``sessions``. Every error reply of a request whose session is known is MACed
+under it. Without ``--namespaces`` the shard is one trust domain.
 """
 
 from __future__ import annotations
@@ -23,23 +25,24 @@ import os
 import signal
 import sys
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 import zmq
 
 from cosparse.config import ConfigError
 from cosparse.ps import protocol as P
 from cosparse.ps.keys import keygen, read_key_file
 from cosparse.ps.limits import ShardError, ShardLimits
-from cosparse.ps.namespaces import DEFAULT_NAMESPACE, Quota, key_of, split_key
+from cosparse.ps.namespaces import COUNTED_OPS, DEFAULT_NAMESPACE, account
+from cosparse.ps.register_request import parse_register
 from cosparse.ps.reply_buffers import ReplyBuffers
+from cosparse.ps.sessions import Sessions
 from cosparse.ps.shard import Shard
 from cosparse.ps.snapshot_format import SnapshotError
-from cosparse.ps.table_config import NAME_RE, table_config_from_dict
+from cosparse.ps.table_config import NAME_RE, tables_from_yaml
+from cosparse.ps.tenancy import Tenancy
 
 # (re-exported for ``cosparse ps serve`` / ``ps keygen``: they lived here before ``keys``)
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServeOptions", "Server", "keygen", "read_key_file",
@@ -47,11 +50,10 @@ __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServeOptions", "Server", "keygen", "rea
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
-MAX_SESSIONS = 4096  # HMAC sessions kept (least recently used dropped: that client says HELLO again)
 MAX_ERROR_TEXT = 2000
 _ERROR_CODES = {"table": P.E_UNKNOWN_TABLE, "owner": P.E_NOT_OWNER, "limit": P.E_LIMIT,
-                "full": P.E_FULL, "quota": P.E_FULL}
-_COUNTED_OPS = (P.OP_PULL, P.OP_PUSH, P.OP_PUSH_ROWS, P.OP_DUMP)  # accounted per namespace
+                "full": P.E_FULL, "quota": P.E_QUOTA, "denied": P.E_DENIED}
+_WRITE_OPS = (P.OP_PUSH, P.OP_PUSH_ROWS)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class ServeOptions:
     config: str | None = None
     auth_key: bytes | None = None
     curve_secret: str | None = None
+    namespaces: str | None = None  # YAML: each namespace's HMAC key, quota, readers (``tenancy``)
     ready_file: str | None = None
     parent_pid: int | None = None
     restore: str | None = None  # a snapshot name in data_dir; default: the newest
@@ -79,23 +82,18 @@ def split_bind(bind: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def tables_from_yaml(path: str | Path) -> list:
-    """The ``tables`` section of a cosparse YAML config (other sections are ignored here)."""
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    tables = raw.get("tables") if isinstance(raw, dict) else None
-    if not isinstance(tables, list):
-        raise ConfigError(f"{path}: no 'tables' list")
-    return [table_config_from_dict(t) for t in tables]
-
-
 class Server:
     """The request loop of one shard."""
 
     def __init__(self, opts: ServeOptions) -> None:
         host, port = split_bind(opts.bind)
-        if host not in LOOPBACK and opts.auth_key is None and opts.curve_secret is None:
+        if host not in LOOPBACK and opts.auth_key is None and opts.curve_secret is None \
+                and opts.namespaces is None:
             raise ValueError(f"--bind {opts.bind}: a non-loopback bind requires authentication "
-                             "(--auth-key FILE or --curve-secret FILE)")
+                             "(--auth-key FILE, --namespaces FILE or --curve-secret FILE)")
+        if opts.namespaces is not None and opts.auth_key is not None:
+            raise ValueError("--auth-key and --namespaces: give one (with --namespaces each "
+                             "namespace has its own key, in that file)")
         if opts.max_message_bytes < P.MIN_MESSAGE_LIMIT:
             raise ValueError(f"--max-message-bytes {opts.max_message_bytes}: at least "
                              f"{P.MIN_MESSAGE_LIMIT}")
@@ -115,15 +113,18 @@ class Server:
         self.restored = self.shard.restore(self.data_dir, opts.restore)
         if opts.config:
             self.shard.register(tables_from_yaml(opts.config))
-        self.key = opts.auth_key
+        self.tenancy = None if opts.namespaces is None else Tenancy.load(opts.namespaces,
+                                                                          opts.limits.max_rows)
+        if self.tenancy is not None:  # quotas are the operator's, from the file only
+            for t in self.tenancy.tenants.values():
+                self.shard.book.set_quota(t.name, t.quota, self.tenancy.quota_key(t.name))
         self.ctx = zmq.Context()
         self.auth = None
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message_bytes)  # per frame: drops the peer
-        # HMAC sessions per connection (routing identity): [session nonce, last request counter]
-        self.sessions: OrderedDict[bytes, list] = OrderedDict()
+        self.sessions = Sessions(opts.auth_key, self.tenancy)  # per connection (routing identity)
         if opts.curve_secret:
             self._setup_curve(opts.curve_secret)
         addr = f"tcp://{host}:{'*' if port == 0 else port}"
@@ -221,35 +222,30 @@ class Server:
         if op not in P.OP_NAMES:
             op = P.OP_NONE
         reply_session: bytes | None = None  # the nonce that MACs the reply (None: no MAC)
+        reply_key: bytes | None = None  # ... with this key
         req: P.Message | None = None
         try:
+            sess = None  # known first, so that every error reply of its requests is MACed
+            if self.sessions.enabled and op != P.OP_HELLO:  # HELLO replies: MACed under its nonce
+                sess = self.sessions.lookup(ident, rid)
+                reply_session, reply_key = sess.nonce, sess.key
             if nbytes - len(ident) > self.opts.max_message_bytes:
                 raise P.ProtocolError(P.E_LIMIT, f"message of {nbytes - len(ident)} bytes is over "
                                                  f"shard {self.shard.index}'s limit of "
                                                  f"{self.opts.max_message_bytes} (ps serve "
                                                  "--max-message-bytes)", rid)
-            session = b""
-            sess: list = []
-            if self.key is not None and op != P.OP_HELLO:  # HELLO replies: MACed under its nonce
-                sess = self.sessions.get(ident) or []
-                if not sess:
-                    raise P.ProtocolError(P.E_SESSION, "no session on this connection (a new "
-                                                       "or expired one): send HELLO first", rid)
-                self.sessions.move_to_end(ident)
-                reply_session = session = sess[0]
-            req = P.decode(body, self.key, session)
+            key, hello_ns = (self.sessions.hello_key(body) if op == P.OP_HELLO
+                             else (sess.key if sess else None, None))
+            req = P.decode(body, key, sess.nonce if sess else b"")
             if req.flags & P.FLAG_REPLY:
                 raise P.ProtocolError(P.E_BAD_FRAME, "a reply sent as a request", rid)
-            if self.key is not None and op != P.OP_HELLO:
-                if req.request_id <= sess[1]:
-                    raise P.ProtocolError(P.E_AUTH, f"replayed or reordered request: counter "
-                                                    f"{req.request_id}, this connection is at "
-                                                    f"{sess[1]}", rid)
-                sess[1] = req.request_id
+            if sess is not None:
+                self.sessions.advance(sess, req.request_id, rid)
             if op == P.OP_HELLO:
-                reply, reply_session = self._hello(req, ident)
+                reply, reply_session = self._hello(req, ident, key, hello_ns)
+                reply_key = key
             else:
-                reply = self._dispatch(req)
+                reply = self._dispatch(req, sess.namespace if sess else None)
         except P.ProtocolError as e:
             reply = self._error(e.code, str(e), e.request_id or rid, op)
         except ShardError as e:
@@ -260,28 +256,26 @@ class Server:
             reply = self._error(P.E_INTERNAL, f"out of memory: {e}", rid, op)
         except Exception as e:  # noqa: BLE001 - the server must stay alive
             reply = self._error(P.E_INTERNAL, f"{type(e).__name__}: {e}", rid, op)
-        self._account(req, reply)
-        key = self.key if reply_session is not None else None
+        account(self.shard.book, req, reply)
+        key = reply_key if reply_session is not None else None
         out = P.encode(reply, key, reply_session or b"")
         self.stats["bytes_out"] += P.frames_nbytes(out)
         self.sock.send_multipart([ident, *out], copy=False)
         return op
 
-    def _hello(self, req: P.Message, ident: bytes) -> tuple[P.Message, bytes | None]:
-        """Open this connection's session: a fresh nonce, MACed under the client's nonce."""
+    def _hello(self, req: P.Message, ident: bytes, key: bytes | None, namespace: str | None
+               ) -> tuple[P.Message, bytes | None]:
+        """Open this connection's session (of ``namespace`` with ``--namespaces``): a fresh
+        nonce, MACed under the client's nonce."""
         _want(req.arrays, 1, P.OP_HELLO)
         nonce = req.arrays[0]
         if nonce.dtype != np.uint8 or nonce.shape != (P.NONCE_BYTES,):
             raise P.ProtocolError(P.E_BAD_REQUEST, f"HELLO takes a {P.NONCE_BYTES}-byte uint8 nonce")
         rep = P.Message(P.OP_HELLO, request_id=req.request_id, flags=P.FLAG_REPLY,
                         arg=self.shard.index)
-        if self.key is None:  # no HMAC: nothing to open (a client with a key refuses this reply)
+        if key is None:  # no HMAC: nothing to open (a client with a key refuses this reply)
             return rep, None
-        session = os.urandom(P.NONCE_BYTES)
-        self.sessions[ident] = [session, req.request_id]
-        self.sessions.move_to_end(ident)
-        while len(self.sessions) > MAX_SESSIONS:
-            self.sessions.popitem(last=False)
+        session = self.sessions.open(ident, req.request_id, key, namespace)
         rep.arrays = [np.frombuffer(session, dtype=np.uint8)]
         return rep, nonce.tobytes()
 
@@ -291,23 +285,28 @@ class Server:
             text = text[:MAX_ERROR_TEXT] + "..."
         return P.Message(op=op, request_id=rid, flags=P.FLAG_REPLY, error=code, text=text)
 
-    def _dispatch(self, req: P.Message) -> P.Message:
+    def _dispatch(self, req: P.Message, ns: str | None = None) -> P.Message:
+        """Answer a request of namespace ``ns`` (its session's, with ``--namespaces``; None: the
+        shard is one trust domain)."""
         op, a = req.op, req.arrays
         rep = P.Message(op=op, request_id=req.request_id, flags=P.FLAG_REPLY)
         sh = self.shard
+        foreign = False  # a read of another namespace's table (it may read it): creates nothing
+        if ns is not None and op in COUNTED_OPS:
+            foreign = self.tenancy.check_table(ns, req.text, write=op in _WRITE_OPS)
         if op == P.OP_PING:
             rep.arg = sh.index
             rep.text = json.dumps({"shard": sh.index, "num_shards": sh.num_shards, "pid": os.getpid(),
                                    "max_message_bytes": self.opts.max_message_bytes,
                                    "max_request_rows": sh.limits.max_request_rows})
         elif op == P.OP_REGISTER:
-            rep.text = json.dumps(self._register(req.text))
+            rep.text = json.dumps(self._register(req.text, ns))
         elif op == P.OP_PULL:
             _want(a, 1, op)
             with_state = bool(req.flags & P.FLAG_WITH_STATE)
             out = self._reply_buffers(req.text, a[0].shape[0], with_state)
             rows, versions, wc = sh.pull(req.text, a[0], with_state,
-                                         peek=bool(req.flags & P.FLAG_PEEK), out=out)
+                                         peek=bool(req.flags & P.FLAG_PEEK) or foreign, out=out)
             rep.arrays, rep.arg = [rows, versions], wc
             rep.flags |= req.flags & P.FLAG_WITH_STATE
         elif op == P.OP_PUSH:
@@ -319,6 +318,8 @@ class Server:
         elif op == P.OP_SNAPSHOT:
             _want(a, 0, op)
             root = self.data_dir
+            if ns is not None:
+                self.tenancy.check_snapshot(ns, req.text)
             if req.text:  # a named sub-directory of the data dir, never an arbitrary path
                 if not NAME_RE.match(req.text) or req.text in (".", ".."):
                     raise ShardError("request", f"SNAPSHOT: bad name {req.text!r}")
@@ -332,54 +333,19 @@ class Server:
         elif op == P.OP_STATS:
             st = sh.stats()
             st.update(self.stats, endpoint=self.endpoint, pid=os.getpid())
-            rep.text = json.dumps(st)
+            rep.text = json.dumps(st if ns is None else self.tenancy.stats_view(ns, st))
         return rep
 
 
-    def _register(self, text: str) -> list[str]:
-        """REGISTER: a JSON list of tables (in ``default``, or each in its ``namespace``), or
-        ``{"namespace": NS, "tables": [...], "quota": {rows, bytes} | null}`` from a client of
-        namespace NS (its tables default to NS; a quota replaces NS's)."""
-        try:
-            doc = json.loads(text)
-        except ValueError as e:
-            raise ShardError("request", f"REGISTER: text is not JSON ({e})") from e
-        requester, quota = None, False
-        if isinstance(doc, dict):
-            requester = doc.get("namespace", DEFAULT_NAMESPACE)
-            if not isinstance(requester, str):
-                raise ShardError("request", "REGISTER: namespace must be a string")
-            split_key(f"{requester}/t")  # a valid namespace name
-            if "quota" in doc:
-                q = doc["quota"]
-                quota = None if q is None else Quota.from_doc(q, self.shard.limits.max_rows)
-            doc = doc.get("tables")
-        if not isinstance(doc, list) or not all(isinstance(d, dict) for d in doc):
-            raise ShardError("request", "REGISTER: expected a JSON list of table objects")
-        spaces, cfgs = [], []
-        for d in doc:
-            d = dict(d)
-            ns = d.pop("namespace", requester or DEFAULT_NAMESPACE)
-            if not isinstance(ns, str):
-                raise ShardError("request", "REGISTER: a table's namespace must be a string")
-            cfg = table_config_from_dict(d)
-            spaces.append(split_key(key_of(ns, cfg.name))[0])
-            cfgs.append(cfg)
-        return self.shard.register(cfgs, spaces, requester, quota)
-
-    def _account(self, req: P.Message | None, reply: P.Message) -> None:
-        """Count a data request on its namespace (refused ones too)."""
-        if req is None or req.op not in _COUNTED_OPS:
-            return
-        try:
-            ns, _ = split_key(req.text)
-        except ShardError:
-            return
-        ok = reply.error == P.E_OK
-        nbytes = sum(a.nbytes for a in req.arrays) + sum(a.nbytes for a in reply.arrays)
-        rows = int(req.arrays[0].shape[0]) if req.arrays else \
-            int(reply.arrays[0].shape[0]) if reply.arrays else 0
-        self.shard.book.count(ns, P.OP_NAMES[req.op], rows, nbytes, ok)
+    def _register(self, text: str, ns: str | None) -> list[str]:
+        """REGISTER (``register_request``): with ``--namespaces``, as the session's namespace
+        ``ns`` and only as far as it may (``Tenancy.check_register``); without, as it asks."""
+        r = parse_register(text, self.shard.limits.max_rows, ns or DEFAULT_NAMESPACE)
+        if ns is not None:
+            self.tenancy.check_register(ns, r.requester, r.quota is not False, r.keys,
+                                        self.shard.tables)
+            return self.shard.register(r.cfgs, r.spaces, ns)
+        return self.shard.register(r.cfgs, r.spaces, r.requester, r.quota)
 
     def _reply_buffers(self, table: str, n: int, with_state: bool
                        ) -> tuple[np.ndarray, np.ndarray] | None:

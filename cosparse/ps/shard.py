@@ -24,7 +24,6 @@ from cosparse.config import TableConfig
 from cosparse.ps.limits import ShardError, ShardLimits
 from cosparse.ps.namespaces import (
     DEFAULT_NAMESPACE,
-    QUOTA_KEY,
     NamespaceBook,
     Quota,
     key_of,
@@ -97,11 +96,13 @@ class Shard:
 
     def table(self, name: str) -> ShardTable:
         """The table a wire name (``NAMESPACE/TABLE``, or ``TABLE`` in ``default``) names."""
-        t = self.tables.get(key_of(*split_key(name)))
-        if t is None:
-            raise ShardError("table", f"unknown table '{key_of(*split_key(name))}' on shard "
-                                      f"{self.index} (registered: "
-                                      f"{', '.join(sorted(self.tables)) or 'none'})")
+        ns, bare = split_key(name)
+        t = self.tables.get(key_of(ns, bare))
+        if t is None:  # (the tables of that namespace only: never another tenant's names)
+            known = [k for k in sorted(self.tables) if k.startswith(f"{ns}/")]
+            raise ShardError("table", f"unknown table '{key_of(ns, bare)}' on shard "
+                                      f"{self.index} (registered in namespace '{ns}': "
+                                      f"{', '.join(known) or 'none'})")
         return t
 
     def find(self, name: str) -> ShardTable | None:
@@ -145,8 +146,8 @@ class Shard:
             return ShardError("quota", f"namespace '{t.namespace}' is at its quota on shard "
                                        f"{self.index}: it holds {rows} rows, {nbytes} bytes of "
                                        f"its quota of {quota.describe()}; {e}; nothing was "
-                                       f"applied (raise {QUOTA_KEY} of namespace "
-                                       f"'{t.namespace}', or add shards)")
+                                       f"applied (raise {self.book.quota_key(t.namespace)}, "
+                                       "or add shards)")
         return ShardError("full", f"shard {self.index}'s row budget is full: it holds "
                                   f"{self.rows} of {self.limits.max_rows} rows; {e} (raise ps "
                                   "serve --max-rows / store.remote.max_rows, or add shards)")

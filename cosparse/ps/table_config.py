@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
+
+import yaml
 
 from cosparse.config import ConfigError, TableConfig, from_dict
 from cosparse.config.bounds import BOUNDS, INT64_MAX, INT64_MIN, numeric_leaves, pattern_of
@@ -32,6 +35,16 @@ def table_config_from_dict(d: dict) -> TableConfig:
         raise ConfigError(f"table '{cfg.name}': init.low {cfg.init.low} is above init.high "
                           f"{cfg.init.high}")
     return cfg
+
+
+def tables_from_yaml(path: str | Path) -> list[TableConfig]:
+    """The ``tables`` section of a cosparse YAML config (``ps serve --config``; other sections
+    are ignored here)."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    tables = raw.get("tables") if isinstance(raw, dict) else None
+    if not isinstance(tables, list):
+        raise ConfigError(f"{path}: no 'tables' list")
+    return [table_config_from_dict(t) for t in tables]
 
 
 def canonical_config(cfg: TableConfig) -> dict:
