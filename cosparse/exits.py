@@ -14,7 +14,8 @@ CLI prints ``cosparse: <what>: <message> (<what to do>)`` on stderr and exits wi
 | 5    | a data worker died, or the rows it delivered were unusable              |
 | 6    | a stall: a wait whose other side made no progress (train.stall_timeout_s) |
 | 7    | a checkpoint could not be written (disk full, I/O error) or read        |
-| 8    | the loss became NaN or infinite (train.on_nonfinite: stop)              |
+| 8    | the loss became NaN or infinite (train.on_nonfinite: stop), or an       |
+|      | optimizer update would have made embedding rows NaN or infinite         |
 | 130  | interrupted (Ctrl-C)                                                    |
 | 143  | terminated (SIGTERM)                                                    |
 """
@@ -55,6 +56,7 @@ def _classify(e: BaseException) -> Failure:
     from cosparse.config import ConfigError
     from cosparse.data.errors import DataError
     from cosparse.data.pool import WorkerExited
+    from cosparse.optim import NonFiniteUpdate
     from cosparse.ps.client import PSAuthError, PSError, PSUnavailable
     from cosparse.stall import StallError
     from cosparse.store.types import CapacityError
@@ -83,8 +85,9 @@ def _classify(e: BaseException) -> Failure:
         return Failure(CHECKPOINT, "checkpoint error", "")  # the message says what to do
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return Failure(CHECKPOINT, "disk full", f"free disk space, then {_RESUME}")
-    if isinstance(e, NonFiniteLoss):
-        return Failure(NONFINITE, "non-finite loss", "")  # the message says what to do
+    if isinstance(e, NonFiniteLoss | NonFiniteUpdate):
+        return Failure(NONFINITE, "non-finite loss" if isinstance(e, NonFiniteLoss) else
+                       "non-finite update", "")  # the message says what to do
     if isinstance(e, StaleRowError):  # train.check_versions caught the engine reading old rows
         return Failure(INTERNAL, "stale row", "an engine bug: report it with this line")
     if isinstance(e, ConfigError | CapacityError | ValueError):  # FeatureSpecError too

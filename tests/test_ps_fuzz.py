@@ -28,12 +28,16 @@ from ps_raw import RawPeer
 from cosparse.config import OptimizerConfig, TableConfig
 from cosparse.ps import EmbeddedShards
 from cosparse.ps import protocol as P
+from cosparse.ps.errors import PSError
 
 SCALE = float(os.environ.get("COSPARSE_FUZZ_SCALE", "1"))
 MAX_MESSAGE = P.MIN_MESSAGE_LIMIT  # the shard's --max-message-bytes: oversized cases stay cheap
 CHECK_EVERY = 25  # cases between two checks with a legitimate client
 TABLES = [TableConfig("sgd", dim=8, optimizer=OptimizerConfig(kind="sgd", lr=0.1), seed=1),
           TableConfig("adam", dim=4, optimizer=OptimizerConfig(kind="adam", lr=0.01), seed=3),
+          TableConfig("ada", dim=4, optimizer=OptimizerConfig(kind="adagrad", lr=0.1), seed=4),
+          TableConfig("rwa", dim=8, optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=0.1),
+                      seed=5),
           TableConfig("probe", dim=4, seed=9)]  # never named by the fuzzer: must stay unchanged
 PROBE_IDS = np.arange(-20, 20, dtype=np.int64)
 
@@ -259,3 +263,63 @@ def test_a_frame_over_the_transport_limit_drops_only_that_connection(target, cap
         assert target.answer([b"JUNK"]).error == P.E_BAD_FRAME  # the fuzz connection still works
     with capsys.disabled():
         print(f"\n[fuzz] ps over the transport limit: 2 cases in {time.perf_counter() - t0:.1f} s")
+
+
+OVERFLOW_IDS = np.arange(10_000, 10_012, dtype=np.int64)  # rows no other case pushes to
+DIMS = {t.name: t.dim for t in TABLES}
+
+
+def _refused_pushes(target: Target) -> int:
+    return target.client.stats()[0]["refused_nonfinite_pushes"]
+
+
+@_settings(60)
+@given(table=st.sampled_from(["sgd", "adam", "ada", "rwa"]), n=st.integers(1, 12),
+       huge_row=st.integers(0, 11), sign=st.sampled_from([1.0, -1.0]),
+       scale=st.sampled_from([1.0, 1e10, 1e19, 1e20, 1e30, 3e38, 3.4e38]))
+def _overflow(target: Target, table: str, n: int, huge_row: int, sign: float, scale: float,
+              outcomes: dict[str, int]) -> None:
+    ids = OVERFLOW_IDS[:n]
+    before = target.client.pull(table, ids, with_state=True)
+    refused = _refused_pushes(target)
+    g = np.random.default_rng(n).standard_normal((n, DIMS[table])).astype(np.float32) * 0.01
+    g[huge_row % n] = np.float32(sign * scale)
+    try:
+        target.client.push(table, ids, g, 1 + target.cases)
+        outcome = "applied"
+    except PSError as e:
+        assert "refused a push whose result would be NaN or infinite" in str(e), e
+        assert f"table '{table}'" in str(e) and "nothing was applied" in str(e)
+        outcome = "refused"
+    target.cases += 1
+    after = target.client.pull(table, ids, with_state=True)
+    assert np.isfinite(after.rows).all()  # property: no push ever leaves a non-finite row
+    if outcome == "refused":
+        assert np.array_equal(after.rows, before.rows)
+        assert np.array_equal(after.versions, before.versions)
+        assert _refused_pushes(target) == refused + 1
+    else:
+        assert np.array_equal(after.versions, before.versions + 1)
+        assert _refused_pushes(target) == refused
+    outcomes[outcome] += 1
+
+
+def test_pushes_whose_result_overflows_are_refused_whole(target, capsys):
+    outcomes = {"applied": 0, "refused": 0}
+
+    def body() -> None:
+        _overflow(target, outcomes=outcomes)
+        ids = np.array([20_000], dtype=np.int64)  # repeated 3e38 pushes drive SGD rows to -inf
+        for step in range(1, 30):
+            try:
+                target.client.push("sgd", ids, np.full((1, 8), 3e38, np.float32), step)
+            except PSError as e:
+                assert "refused a push whose result would be NaN or infinite" in str(e)
+                break
+            target.cases += 1
+        else:
+            pytest.fail("29 pushes of 3e38 to an SGD row (lr 0.1) were all applied")
+        assert np.isfinite(target.client.pull("sgd", ids, with_state=True).rows).all()
+        assert outcomes["applied"] > 0 and outcomes["refused"] > 0, outcomes
+
+    _run(capsys, target, "overflowing pushes", body)

@@ -9,7 +9,9 @@ applied write request). Snapshots (``snapshot`` / ``restore``) are written and r
 Requests from the network are bounded (``ShardLimits``): tables per shard and their width, rows
 per request, and a row budget for the whole shard; each is refused with an error that names the
 limit and the option that sets it, before anything is allocated. Non-finite gradients and rows
-are refused, naming the table.
+are refused, naming the table, and so is a PUSH whose result would be NaN or infinite (a row or
+its optimizer state overflowing float32): whole, nothing applied, counted in STATS
+(``refused_nonfinite_pushes``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from cosparse.ps.namespaces import (
     split_key,
 )
 from cosparse.ps.protocol import shard_of
-from cosparse.ps.shard_table import ShardTable, check_finite
+from cosparse.ps.shard_table import NonFiniteResult, ShardTable, check_finite
 from cosparse.ps.snapshot_format import (
     SnapshotError,
     read_table_arrays,
@@ -58,6 +60,7 @@ class Shard:
         self.limits = limits if limits is not None else ShardLimits()
         self.tables: dict[str, ShardTable] = {}
         self.write_counter = 0
+        self.refused_nonfinite = 0  # pushes refused whole: their result would be NaN or infinite
         self.snapshot_seq = 0
         self.last_snapshot: str | None = None
         self.lock = threading.Lock()
@@ -215,6 +218,9 @@ class Shard:
         lim = self._limits(t)
         try:
             t.push(ids, np.ascontiguousarray(grads), step, lim[0], self.index, self.num_shards)
+        except NonFiniteResult:
+            self.refused_nonfinite += 1
+            raise
         except ShardError as e:
             if e.kind != "full":
                 raise
@@ -250,6 +256,7 @@ class Shard:
                        for n, t in self.tables.items()},
             "namespaces": self.book.stats(self.held()),
             "rows": self.rows,
+            "refused_nonfinite_pushes": self.refused_nonfinite,
             "last_snapshot": self.last_snapshot,
             "limits": dataclasses.asdict(self.limits),
             "threads": self.threads,

@@ -64,6 +64,7 @@ class ShardTable:
         self._slots = np.empty(0, dtype=np.int64)  # per-request scratch, reused
         self._marks = np.empty(0, dtype=np.uint8)
         self._new_ids = np.empty(0, dtype=np.int64)
+        self._undo = np.empty((0, self.width), dtype=np.float32)  # a push's rows before it
         self.threads = threads  # > 1: the parallel kernels, on numba's threads
 
     def _alloc_rows(self, cap: int) -> None:
@@ -192,12 +193,14 @@ class ShardTable:
         kernel = K.push_parallel if self.threads > 1 else K.push_serial
         limit = _NO_LIMIT if budget is None else self.size + max(budget, 0)
         c1, c2 = self.optimizer._corrections(step)
+        if self._undo.shape[0] < n:  # (a push's only: a pull never needs it)
+            self._undo = np.empty((max(n, 2 * self._undo.shape[0]), self.width), dtype=np.float32)
         while True:
             slots, marks = self._scratch(n)
             size, status, at = kernel(self.keys, self.vals, self._new_ids, self.slab,
                                       self.versions, self.flags, self.size, ids, grads, shard,
                                       num_shards, limit, self._room(), *self._init, self._kind,
-                                      *self._rule, c1, c2, slots, marks)
+                                      *self._rule, c1, c2, slots, marks, self._undo[:n])
             if status != K.ROOM:
                 break
             self._grow(n)
@@ -230,6 +233,12 @@ class ShardTable:
             return
         if status == K.NOT_FINITE and grads is not None:
             check_finite(self.label, "gradients", ids, grads)
+        if status == K.NOT_FINITE_RESULT:
+            raise NonFiniteResult(
+                f"table '{self.label}': refused a push whose result would be NaN or infinite in "
+                f"row ID {int(ids[at])} (its values or {self.optimizer.kind} state overflow "
+                "float32: gradients too large for the learning rate); nothing was applied "
+                "(lower tables[*].optimizer.lr, or check the data for huge values)")
         if status == K.FOREIGN:
             foreign = shard_of(ids, num_shards) != shard
             raise ShardError("owner", f"shard {shard}/{num_shards} does not own "
@@ -255,6 +264,13 @@ class ShardTable:
         self.slab[slots] = rows
         self.versions[slots] += 1
         self.flags[slots] |= K.DIRTY
+
+
+class NonFiniteResult(ShardError):
+    """A PUSH refused whole: a row's new values or optimizer state would be NaN or infinite."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("request", message)
 
 
 def check_finite(table: str, what: str, ids: np.ndarray, values: np.ndarray) -> None:
