@@ -323,3 +323,64 @@ def test_pushes_whose_result_overflows_are_refused_whole(target, capsys):
         assert outcomes["applied"] > 0 and outcomes["refused"] > 0, outcomes
 
     _run(capsys, target, "overflowing pushes", body)
+
+
+BYTE_BUDGET = 24 << 20  # the byte-budget shard's --max-bytes
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmRSS:"))
+
+
+@_settings(40)
+@given(dim=st.one_of(st.integers(1, 64), st.sampled_from([512, 1024, 4096])),
+       kind=st.sampled_from(["sgd", "adagrad", "rowwise_adagrad", "adam"]),
+       which=st.integers(0, 1000), rows=st.integers(1, 200_000))
+def _byte_budget(sh: EmbeddedShards, client, names: list[str], outcomes: dict[str, int],
+                 dim: int, kind: str, which: int, rows: int) -> None:
+    name = f"b{len(names)}"
+    try:
+        client.register([TableConfig(name, dim=dim, optimizer=OptimizerConfig(kind=kind), seed=2)])
+        names.append(name)
+        outcomes["registered"] += 1
+    except PSError as e:
+        assert "byte budget is full" in str(e) and "--max-bytes" in str(e), e
+        outcomes["refused"] += 1
+    if names:  # new rows in one of the tables (at most 4 MiB of reply)
+        table = names[which % len(names)]
+        dim_of = client.stats()[0]["tables"][f"default/{table}"]["dim"]
+        n = min(rows, max(1, (4 << 20) // (4 * dim_of)))
+        start = client.stats()[0]["tables"][f"default/{table}"]["rows"]
+        try:
+            client.pull(table, np.arange(start, start + n, dtype=np.int64))
+            outcomes["grown"] += 1
+        except PSError as e:
+            assert "byte budget is full" in str(e) and "--max-bytes" in str(e), e
+            outcomes["refused"] += 1
+    st_ = client.stats()[0]
+    assert st_["bytes_held"] <= BYTE_BUDGET
+    assert sum(t["slab_bytes"] for t in st_["tables"].values()) <= BYTE_BUDGET
+    assert sh.procs[0].poll() is None
+
+
+def test_a_shard_stays_within_its_byte_budget(tmp_path, capsys):
+    """Hostile but well-formed clients: wide tables registered, many new rows pulled. The
+    shard's bytes stay within --max-bytes (by its own count, and by its resident memory)."""
+    t0 = time.perf_counter()
+    outcomes = {"registered": 0, "grown": 0, "refused": 0}
+    sh = EmbeddedShards(1, [], tmp_path, max_bytes=BYTE_BUDGET)
+    try:
+        client = sh.client(timeout_s=20)
+        rss0 = _rss(sh.procs[0].pid)
+        names: list[str] = []
+        _byte_budget(sh, client, names, outcomes)
+        assert outcomes["refused"] > 0 and outcomes["grown"] > 0, outcomes
+        assert _rss(sh.procs[0].pid) - rss0 < BYTE_BUDGET + (96 << 20)  # + scratch, replies
+        client.close()
+    finally:
+        sh.close()
+        with capsys.disabled():
+            print(f"\n[fuzz] ps byte budget: {sum(outcomes.values())} requests in "
+                  f"{time.perf_counter() - t0:.1f} s ({outcomes})")
+    assert all(p.poll() is not None for p in sh.procs)

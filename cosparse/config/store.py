@@ -60,6 +60,7 @@ class RemoteConfig:
     heartbeat_s: float = 1.0
     auth_key: str | None = None  # HMAC shared-secret file (from `cosparse ps keygen`)
     max_rows: int | None = None  # embedded shards: each one's row budget (ps serve --max-rows)
+    max_bytes: int | None = None  # and byte budget (ps serve --max-bytes; default: half the RAM)
     # the PS snapshots kept, of the newest saves (default train.checkpoint.keep): how far back
     # `cosparse export --since` reaches; each kept checkpoint's snapshots stay regardless
     snapshot_keep: int | None = None
