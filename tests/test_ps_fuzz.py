@@ -35,7 +35,8 @@ MAX_MESSAGE = P.MIN_MESSAGE_LIMIT  # the shard's --max-message-bytes: oversized 
 CHECK_EVERY = 25  # cases between two checks with a legitimate client
 TABLES = [TableConfig("sgd", dim=8, optimizer=OptimizerConfig(kind="sgd", lr=0.1), seed=1),
           TableConfig("adam", dim=4, optimizer=OptimizerConfig(kind="adam", lr=0.01), seed=3),
-          TableConfig("ada", dim=4, optimizer=OptimizerConfig(kind="adagrad", lr=0.1), seed=4),
+          # (no name that a truncated "adam" or "sgd" would spell: those cases must stay errors)
+          TableConfig("agrad", dim=4, optimizer=OptimizerConfig(kind="adagrad", lr=0.1), seed=4),
           TableConfig("rwa", dim=8, optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=0.1),
                       seed=5),
           TableConfig("probe", dim=4, seed=9)]  # never named by the fuzzer: must stay unchanged
@@ -274,7 +275,7 @@ def _refused_pushes(target: Target) -> int:
 
 
 @_settings(60)
-@given(table=st.sampled_from(["sgd", "adam", "ada", "rwa"]), n=st.integers(1, 12),
+@given(table=st.sampled_from(["sgd", "adam", "agrad", "rwa"]), n=st.integers(1, 12),
        huge_row=st.integers(0, 11), sign=st.sampled_from([1.0, -1.0]),
        scale=st.sampled_from([1.0, 1e10, 1e19, 1e20, 1e30, 3e38, 3.4e38]))
 def _overflow(target: Target, table: str, n: int, huge_row: int, sign: float, scale: float,
