@@ -179,6 +179,13 @@ def _init_new(slab, new_ids, versions, flags, size0, size, seed, dim, init_kind,
 
 
 @numba.njit(inline="always")
+def _copy_row(src, r, dst, i):
+    """``dst[i] = src[r]`` (a plain loop: a slice assignment costs more in a kernel this hot)."""
+    for c in range(src.shape[1]):
+        dst[i, c] = src[r, c]
+
+
+@numba.njit(inline="always")
 def _first_mark(marks, bit):
     for i in range(marks.shape[0]):
         if marks[i] & bit:
@@ -265,7 +272,7 @@ def _push(keys, vals, new_ids, slab, versions, flags, size, ids, grads, shard, n
             for j in range(4 * q + 2 * PREFETCH_AHEAD, min(4 * q + 2 * PREFETCH_AHEAD + 4, n)):
                 prefetch_row(slab, slots[j])
             for j in range(4 * q, 4 * q + 4):
-                undo[j, :] = slab[slots[j]]
+                _copy_row(slab, slots[j], undo, j)
             rowwise_adagrad_rows4(slab, slots, 4 * q, grads, dim, lr, eps, l2)
             for j in range(4 * q, 4 * q + 4):
                 if not row_finite(slab, slots[j], width):
@@ -278,7 +285,7 @@ def _push(keys, vals, new_ids, slab, versions, flags, size, ids, grads, shard, n
         r = slots[i]
         if i + PREFETCH_AHEAD < n:
             prefetch_row(slab, slots[i + PREFETCH_AHEAD])
-        undo[i, :] = slab[r]
+        _copy_row(slab, r, undo, i)
         update_row(kind, slab, slab, dim, r, grads, i, slab, r, dim, lr, eps, l2, beta1, beta2,
                    corr1, corr2)
         if not row_finite(slab, r, width):
