@@ -244,8 +244,8 @@ def _ps_serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         print(f"cosparse: error: --auth-key: {e}", file=sys.stderr)
         return 2
-    given = {k: getattr(args, k) for k in ("max_rows", "max_request_rows", "max_dim", "max_tables")
-             if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in ("max_rows", "max_bytes", "max_request_rows", "max_dim",
+                                           "max_tables") if getattr(args, k) is not None}
     try:
         limits = ShardLimits(**given)
     except ValueError as e:
@@ -305,6 +305,10 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-rows", type=int, default=None,
                    help="row budget: rows of all tables together (default 2^27); a request that "
                         "needs more new rows is refused, naming the shard")
+    s.add_argument("--max-bytes", type=int, default=None,
+                   help="byte budget: bytes of all tables' rows together, with their optimizer "
+                        "state, versions and ID map (default: half the physical memory); a "
+                        "REGISTER or a request that needs more is refused, naming the shard")
     s.add_argument("--max-request-rows", type=int, default=None,
                    help="IDs in one PULL/PUSH/PUSH_ROWS (default 2^20)")
     s.add_argument("--max-dim", type=int, default=None,

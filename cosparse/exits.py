@@ -15,7 +15,8 @@ CLI prints ``cosparse: <what>: <message> (<what to do>)`` on stderr and exits wi
 | 5    | a data worker died, or the rows it delivered were unusable              |
 | 6    | a stall: a wait whose other side made no progress (train.stall_timeout_s) |
 | 7    | a checkpoint could not be written (disk full, I/O error) or read        |
-| 8    | the loss became NaN or infinite (train.on_nonfinite: stop)              |
+| 8    | the loss became NaN or infinite (train.on_nonfinite: stop), or an       |
+|      | optimizer update would have made embedding rows NaN or infinite         |
 | 130  | interrupted (Ctrl-C)                                                    |
 | 143  | terminated (SIGTERM)                                                    |
 """
@@ -56,8 +57,9 @@ def _classify(e: BaseException) -> Failure:
     from cosparse.config import ConfigError
     from cosparse.data.errors import DataError
     from cosparse.data.pool import WorkerExited
+    from cosparse.optim import NonFiniteUpdate
     from cosparse.ps import protocol
-    from cosparse.ps.client import PSAccessDenied, PSAuthError, PSError, PSFull, PSUnavailable
+    from cosparse.ps.client import PSAccessDenied, PSAuthError, PSError, PSFull, PSNonFinite, PSUnavailable
     from cosparse.stall import StallError
     from cosparse.store.types import CapacityError
     from cosparse.supply.collaborative import DeliveryError, SupplyFailure
@@ -82,6 +84,8 @@ def _classify(e: BaseException) -> Failure:
         return Failure(PS, "PS access denied",
                        "a namespace writes only its own tables, and reads another's only if that "
                        "namespace lists it as a reader (ps serve --namespaces FILE)")
+    if isinstance(e, PSNonFinite):
+        return Failure(NONFINITE, "non-finite update", "")  # the message says what to do
     if isinstance(e, PSUnavailable | PSError):
         return Failure(PS, "PS unavailable", f"check or restart the shard, then {_RESUME}")
     if isinstance(e, WorkerExited | SupplyFailure | DeliveryError):
@@ -93,8 +97,9 @@ def _classify(e: BaseException) -> Failure:
         return Failure(CHECKPOINT, "checkpoint error", "")  # the message says what to do
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return Failure(CHECKPOINT, "disk full", f"free disk space, then {_RESUME}")
-    if isinstance(e, NonFiniteLoss):
-        return Failure(NONFINITE, "non-finite loss", "")  # the message says what to do
+    if isinstance(e, NonFiniteLoss | NonFiniteUpdate):
+        return Failure(NONFINITE, "non-finite loss" if isinstance(e, NonFiniteLoss) else
+                       "non-finite update", "")  # the message says what to do
     if isinstance(e, StaleRowError):  # train.check_versions caught the engine reading old rows
         return Failure(INTERNAL, "stale row", "an engine bug: report it with this line")
     if isinstance(e, ConfigError | CapacityError | ValueError):  # FeatureSpecError too

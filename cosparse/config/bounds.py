@@ -141,6 +141,7 @@ BOUNDS: dict[str, Bound] = {
     "store.host.rows": SLOTS,
     "store.remote.num_shards": Bound(1, 1024),
     "store.remote.max_rows": AT_LEAST_1,
+    "store.remote.max_bytes": AT_LEAST_1,
     "store.remote.snapshot_keep": AT_LEAST_1,
     "store.remote.timeout_s": POSITIVE,
     "store.remote.heartbeat_s": POSITIVE,

@@ -62,6 +62,7 @@ class RemoteConfig:
     # of this run's namespace
     auth_key: str | None = None
     max_rows: int | None = None  # embedded shards: each one's row budget (ps serve --max-rows)
+    max_bytes: int | None = None  # and byte budget (ps serve --max-bytes; default: half the RAM)
     # the PS snapshots kept, of the newest saves (default train.checkpoint.keep): how far back
     # `cosparse export --since` reaches; each kept checkpoint's snapshots stay regardless
     snapshot_keep: int | None = None

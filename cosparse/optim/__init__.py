@@ -1,5 +1,5 @@
 """Sparse optimizers: one family of batched row-update kernels (numba on CPU, torch on CUDA)."""
 
-from cosparse.optim.sparse import SparseOptimizer, state_width
+from cosparse.optim.sparse import NonFiniteUpdate, SparseOptimizer, state_width
 
-__all__ = ["SparseOptimizer", "state_width"]
+__all__ = ["NonFiniteUpdate", "SparseOptimizer", "state_width"]

@@ -1,11 +1,13 @@
 """Numba row-update kernels: SGD, Adagrad, row-wise Adagrad, Adam.
 
-Each kernel reads gathered rows ``w`` [U, dim] and their state ``s`` [U, sw], the row gradients
-``g`` [U, dim], and writes the updated row and state side by side into ``dest[slots[u]]``
-(``dest`` is [rows, dim + sw]); a negative slot is skipped. Pass ``dest`` = the table's slab
-to write back in one pass, or a compact buffer with ``slots`` = arange to update in place.
-Arithmetic is float32, no fastmath, no reduction across rows: results do not depend on the
-thread count or on where a row lives.
+The batch kernel (``update_checked``) reads gathered rows ``w`` [U, dim] and their state ``s``
+[U, sw], the row gradients ``g`` [U, dim], and writes the updated row and state side by side into
+``dest[slots[u]]`` (``dest`` is [rows, dim + sw], e.g. the table's slab: written back in one
+pass); a negative slot is skipped. It applies a batch all or nothing: when any row's result
+(values or state) is NaN or infinite, e.g. Adagrad's accumulator after a gradient of 1e20, every
+row is put back as gathered (``w`` and ``s`` are the undo copy, so they must not overlap
+``dest``), since such a row would never train again. Arithmetic is float32, no fastmath, no
+reduction across rows: results do not depend on the thread count or on where a row lives.
 
 The rule for one row is its own inlined function (``*_row``), which the batch kernels here and
 the parameter server's fused kernels (``cosparse.ps.shard_kernels``, which update a slab's row in
@@ -122,42 +124,38 @@ def update_row(kind, w, s, so, u, g, gu, dest, r, dim, lr, eps, l2, beta1, beta2
         adam_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2, beta1, beta2, corr1, corr2)
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def sgd_update(w, s, g, dest, slots, lr, l2):
-    dim = w.shape[1]
-    for u in prange(w.shape[0]):
-        r = slots[u]
-        if r < 0:  # a row that trains nothing (not admitted)
-            continue
-        sgd_row(w, s, 0, u, g, u, dest, r, dim, lr, l2)
+@numba.njit(inline="always")
+def row_finite(a, r, width):
+    """Whether ``a[r, :width]`` holds no NaN and no infinity (no early exit: a loop that the
+    compiler vectorises)."""
+    ok = True
+    for c in range(width):
+        ok &= np.isfinite(a[r, c])
+    return ok
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def adagrad_update(w, s, g, dest, slots, lr, eps, l2):
+def update_checked(kind, w, s, g, dest, slots, lr, eps, l2, beta1, beta2, corr1, corr2):
+    """The rule ``kind`` on every row ``u`` with ``slots[u] >= 0`` into ``dest[slots[u]]``
+    (``update_row``), all or nothing: when any row's new values or state are NaN or infinite,
+    every row written is put back from ``w`` and ``s`` (the gathered rows, which must not
+    overlap ``dest``). Returns how many rows would have become non-finite (then ``dest`` is as
+    it was). Adam's ``corr1 = 1 - beta1**t``, ``corr2 = 1 - beta2**t`` (float32, computed by the
+    caller)."""
     dim = w.shape[1]
+    width = dim + s.shape[1]
+    bad = 0
     for u in prange(w.shape[0]):
         r = slots[u]
-        if r < 0:  # a row that trains nothing (not admitted)
-            continue
-        adagrad_row(w, s, 0, u, g, u, dest, r, dim, lr, eps, l2)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def rowwise_adagrad_update(w, s, g, dest, slots, lr, eps, l2):
-    dim = w.shape[1]
-    for u in prange(w.shape[0]):
-        r = slots[u]
-        if r < 0:  # a row that trains nothing (not admitted)
-            continue
-        rowwise_adagrad_row(w, s, 0, u, g, u, dest, r, dim, lr, eps, l2)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def adam_update(w, s, g, dest, slots, lr, eps, l2, beta1, beta2, corr1, corr2):
-    """s = [m | v]; corr1 = 1 - beta1**t, corr2 = 1 - beta2**t (float32, computed by the caller)."""
-    dim = w.shape[1]
-    for u in prange(w.shape[0]):
-        r = slots[u]
-        if r < 0:  # a row that trains nothing (not admitted)
-            continue
-        adam_row(w, s, 0, u, g, u, dest, r, dim, lr, eps, l2, beta1, beta2, corr1, corr2)
+        if r >= 0:  # a negative slot: a row that trains nothing (not admitted)
+            update_row(kind, w, s, 0, u, g, u, dest, r, dim, lr, eps, l2, beta1, beta2,
+                       corr1, corr2)
+            if not row_finite(dest, r, width):
+                bad += 1
+    if bad > 0:  # undo: the rows as gathered
+        for u in prange(w.shape[0]):
+            r = slots[u]
+            if r >= 0:
+                dest[r, :dim] = w[u]
+                dest[r, dim:width] = s[u]
+    return bad

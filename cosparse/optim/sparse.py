@@ -12,6 +12,7 @@ import torch
 
 from cosparse.config import OptimizerConfig
 from cosparse.optim import kernels
+from cosparse.optim.kernels import KIND_CODES
 
 _STATE_MULT = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 0, "adam": 2}
 
@@ -21,6 +22,25 @@ def state_width(kind: str, dim: int) -> int:
     if kind not in _STATE_MULT:
         raise ValueError(f"optimizer.kind: unknown sparse optimizer '{kind}'")
     return 1 if kind == "rowwise_adagrad" else _STATE_MULT[kind] * dim
+
+
+class NonFiniteUpdate(RuntimeError):
+    """An optimizer update that would have made rows or their state NaN or infinite (a huge
+    gradient overflows float32: Adagrad's accumulator after 1e20, an SGD row after repeated
+    3e38); refused as a whole, nothing applied. ``table``: set by the store that applied it."""
+
+    def __init__(self, kind: str, rows: int, total: int, step: int, table: str | None = None
+                 ) -> None:
+        self.kind, self.rows, self.total, self.step, self.table = kind, rows, total, step, table
+        where = f"table '{table}'" if table else "a table"
+        super().__init__(
+            f"{where}: the {kind} update at step {step} would make {rows} of {total} rows (or "
+            "their optimizer state) NaN or infinite; refused, nothing applied to the table. "
+            "Lower the learning rate (tables[*].optimizer.lr) or check the data for huge values")
+
+    def named(self, table: str) -> NonFiniteUpdate:
+        """The same refusal, naming ``table``."""
+        return NonFiniteUpdate(self.kind, self.rows, self.total, self.step, table)
 
 
 class SparseOptimizer:
@@ -49,7 +69,9 @@ class SparseOptimizer:
         """Update rows: dest[slots[u]] <- rule(w[u], s[u], g[u]) (row and state, side by side).
 
         numpy arrays run the numba kernels; torch tensors (any device) run the torch version.
-        ``step`` is the 1-based global step (used by Adam's bias correction).
+        ``step`` is the 1-based global step (used by Adam's bias correction). All or nothing:
+        when any row's new values or state would be NaN or infinite, nothing is written and
+        ``NonFiniteUpdate`` is raised.
         """
         if isinstance(w, np.ndarray):
             self._update_numba(w, s, g, step, dest, slots)
@@ -57,18 +79,13 @@ class SparseOptimizer:
             self._update_torch(w, s, g, step, dest, slots)
 
     def _update_numba(self, w, s, g, step, dest, slots) -> None:
-        k = self.kind
-        if k == "sgd":
-            kernels.sgd_update(w, s, g, dest, slots, self.lr, self.l2)
-        elif k == "adagrad":
-            kernels.adagrad_update(w, s, g, dest, slots, self.lr, self.eps, self.l2)
-        elif k == "rowwise_adagrad":
-            kernels.rowwise_adagrad_update(w, s, g, dest, slots, self.lr, self.eps, self.l2)
-        else:
-            c1, c2 = self._corrections(step)
-            kernels.adam_update(
-                w, s, g, dest, slots, self.lr, self.eps, self.l2, self.beta1, self.beta2, c1, c2
-            )
+        if np.may_share_memory(dest, w) or np.may_share_memory(dest, s):  # w, s: the undo copy
+            raise ValueError("SparseOptimizer.update: dest must not overlap the gathered rows")
+        c1, c2 = self._corrections(step)
+        bad = kernels.update_checked(KIND_CODES[self.kind], w, s, g, dest, slots, self.lr,
+                                     self.eps, self.l2, self.beta1, self.beta2, c1, c2)
+        if bad:
+            raise NonFiniteUpdate(self.kind, int(bad), int((slots >= 0).sum()), step)
 
     def _update_torch(self, w, s, g, step, dest, slots) -> None:
         k = self.kind
@@ -92,4 +109,8 @@ class SparseOptimizer:
             new_s = torch.cat([m, v], dim=1)
             new_w = w - lr * (m / float(c1)) / ((v / float(c2)).sqrt() + eps)
         keep = slots >= 0  # negative slots train nothing (IDs not admitted)
-        dest.index_copy_(0, slots[keep], torch.cat([new_w, new_s], dim=1)[keep])
+        new = torch.cat([new_w, new_s], dim=1)[keep]
+        finite = torch.isfinite(new).all(dim=1)
+        if not bool(finite.all()):  # all or nothing, as the numba kernel
+            raise NonFiniteUpdate(self.kind, int((~finite).sum()), int(keep.sum()), step)
+        dest.index_copy_(0, slots[keep], new)

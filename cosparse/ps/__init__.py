@@ -16,8 +16,8 @@
 
 from cosparse.ps.client import PSClient, PullResult
 from cosparse.ps.embedded import EmbeddedShards
-from cosparse.ps.errors import PSAccessDenied, PSAuthError, PSError, PSFull, PSUnavailable
+from cosparse.ps.errors import PSAccessDenied, PSAuthError, PSError, PSFull, PSNonFinite, PSUnavailable
 from cosparse.ps.protocol import shard_of
 
-__all__ = ["EmbeddedShards", "PSAccessDenied", "PSAuthError", "PSClient", "PSError", "PSFull",
+__all__ = ["EmbeddedShards", "PSAccessDenied", "PSAuthError", "PSClient", "PSError", "PSFull", "PSNonFinite",
            "PSUnavailable", "PullResult", "shard_of"]

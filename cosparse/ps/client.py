@@ -51,12 +51,12 @@ from cosparse.link import LinkShaper
 from cosparse.ps import protocol as P
 from cosparse.ps.call import MAX_SESSION_RETRIES, Call, ClientCounters
 from cosparse.ps.connections import ShardConnections
-from cosparse.ps.errors import PSAccessDenied, PSAuthError, PSError, PSFull, PSUnavailable
+from cosparse.ps.errors import PSAccessDenied, PSAuthError, PSError, PSFull, PSNonFinite, PSUnavailable
 from cosparse.ps.keys import read_key_file
 from cosparse.ps.namespaces import DEFAULT_NAMESPACE
 
 __all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "MAX_SESSION_RETRIES", "ClientCounters", "PSAccessDenied",
-           "PSAuthError", "PSClient", "PSError", "PSFull", "PSUnavailable", "PullResult"]
+           "PSAuthError", "PSClient", "PSError", "PSFull", "PSNonFinite", "PSUnavailable", "PullResult"]
 
 CHUNK_ROWS = 1 << 18  # rows per request at most (a shard's default limit is 2^20)
 CHUNK_BYTES = 64 << 20  # bytes per request (and PULL reply) at most, about

@@ -57,8 +57,9 @@ class EmbeddedShards:
 
     ``auth_key_file`` (HMAC secret) or ``curve_dir`` (keys from ``cosparse ps keygen``) turn on
     authentication; ``client()`` then authenticates the same way. ``max_rows``: each shard's row
-    budget (``ps serve --max-rows``). ``tables`` are registered in ``namespace``, with ``quota``
-    (``{rows, bytes}`` per shard), and ``client()`` works in that namespace.
+    budget (``ps serve --max-rows``), ``max_bytes`` its byte budget (``--max-bytes``). ``tables``
+    are registered in ``namespace``, with ``quota`` (``{rows, bytes}`` per shard), and
+    ``client()`` works in that namespace.
     ``threads``: each shard's numba and OpenMP threads, and its ``--shard-threads`` (the run's CPU
     budget counts a core per embedded shard; each row's update runs on one thread whatever the
     count, so results do not depend on it).
@@ -76,6 +77,7 @@ class EmbeddedShards:
         extra_args: list[str] | None = None,
         restore: list[str] | None = None,
         max_rows: int | None = None,
+        max_bytes: int | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         quota: dict | None = None,
         threads: int = 1,
@@ -88,6 +90,7 @@ class EmbeddedShards:
         self.curve_dir = Path(curve_dir) if curve_dir is not None else None
         self.restore = restore  # per shard: the snapshot to start from (a trainer checkpoint's)
         self.max_rows = max_rows  # each shard's row budget (ps serve --max-rows; None: its default)
+        self.max_bytes = max_bytes  # and byte budget (ps serve --max-bytes; None: its default)
         self.namespace, self.quota = namespace, quota  # of ``tables`` and of ``client()``
         self.env = {**os.environ, "NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
         self.threads = threads
@@ -124,6 +127,8 @@ class EmbeddedShards:
                 cmd += ["--restore", self.restore[i]]
             if self.max_rows is not None:
                 cmd += ["--max-rows", str(self.max_rows)]
+            if self.max_bytes is not None:
+                cmd += ["--max-bytes", str(self.max_bytes)]
             if self.threads > 1:
                 cmd += ["--shard-threads", str(self.threads)]
             log = open(d / "server.log", "ab")  # noqa: SIM115 - closed after Popen took it

@@ -23,12 +23,17 @@ class PSFull(PSError):
     (``E_FULL``) is reached; the message names the limit and the key that sets it."""
 
 
+class PSNonFinite(PSError):
+    """A shard refused a PUSH whole: its gradients, or the rows and optimizer state it would
+    leave, are NaN or infinite (``E_NONFINITE``); nothing was applied."""
+
+
 class PSAccessDenied(PSError):
     """The client's namespace may not touch that table (``ps serve --namespaces``)."""
 
 
 _BY_CODE: dict[int, type[PSError]] = {P.E_AUTH: PSAuthError, P.E_FULL: PSFull, P.E_QUOTA: PSFull,
-                                      P.E_DENIED: PSAccessDenied}
+                                      P.E_DENIED: PSAccessDenied, P.E_NONFINITE: PSNonFinite}
 
 
 def error_reply(shard: int, endpoint: str, code: int, message: str) -> PSError:

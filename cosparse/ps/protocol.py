@@ -97,12 +97,14 @@ E_SESSION = 11  # HMAC mode: no session on this connection (send HELLO first)
 E_FULL = 12  # the shard's row budget (ps serve --max-rows) is full
 E_QUOTA = 13  # the namespace's quota on the shard is reached
 E_DENIED = 14  # the session's namespace may not touch that table (ps serve --namespaces)
+E_NONFINITE = 15  # a PUSH refused whole: its gradients or its result would be NaN or infinite
 ERROR_NAMES = {E_OK: "ok", E_BAD_FRAME: "bad frame", E_BAD_VERSION: "bad version",
                E_UNKNOWN_OP: "unknown op", E_BAD_DTYPE: "bad dtype", E_UNKNOWN_TABLE: "unknown table",
                E_NOT_OWNER: "ID not owned by this shard", E_AUTH: "authentication failed",
                E_BAD_REQUEST: "bad request", E_INTERNAL: "internal error",
                E_LIMIT: "over a limit", E_SESSION: "no session", E_FULL: "shard full",
-               E_QUOTA: "over the namespace's quota", E_DENIED: "access denied"}
+               E_QUOTA: "over the namespace's quota", E_DENIED: "access denied",
+               E_NONFINITE: "non-finite update refused"}
 
 # --- dtypes -----------------------------------------------------------------------------------
 DTYPES: dict[int, np.dtype] = {1: np.dtype("<f4"), 2: np.dtype("<i8"), 3: np.dtype("<i4"),

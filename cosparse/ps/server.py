@@ -52,7 +52,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 MAX_ERROR_TEXT = 2000
 _ERROR_CODES = {"table": P.E_UNKNOWN_TABLE, "owner": P.E_NOT_OWNER, "limit": P.E_LIMIT,
-                "full": P.E_FULL, "quota": P.E_QUOTA, "denied": P.E_DENIED}
+                "full": P.E_FULL, "quota": P.E_QUOTA, "denied": P.E_DENIED,
+                "nonfinite": P.E_NONFINITE}
 _WRITE_OPS = (P.OP_PUSH, P.OP_PUSH_ROWS)
 
 

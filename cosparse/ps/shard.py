@@ -7,9 +7,12 @@ applied write request). Snapshots (``snapshot`` / ``restore``) are written and r
 ``snapshot_format``.
 
 Requests from the network are bounded (``ShardLimits``): tables per shard and their width, rows
-per request, and a row budget for the whole shard; each is refused with an error that names the
+per request, and a row budget and a byte budget (``row_bytes`` per row) for the whole shard; each
+is refused with an error that names the
 limit and the option that sets it, before anything is allocated. Non-finite gradients and rows
-are refused, naming the table.
+are refused, naming the table, and so is a PUSH whose result would be NaN or infinite (a row or
+its optimizer state overflowing float32): whole, nothing applied, counted in STATS
+(``refused_nonfinite_pushes``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ from cosparse.ps.namespaces import (
     split_key,
 )
 from cosparse.ps.protocol import shard_of
-from cosparse.ps.shard_table import ShardTable, check_finite
+from cosparse.ps.shard_table import (
+    INITIAL_ROWS,
+    NonFiniteResult,
+    ShardTable,
+    check_finite,
+    row_bytes,
+)
 from cosparse.ps.snapshot_format import (
     SnapshotError,
     read_table_arrays,
@@ -57,6 +66,7 @@ class Shard:
         self.limits = limits if limits is not None else ShardLimits()
         self.tables: dict[str, ShardTable] = {}
         self.write_counter = 0
+        self.refused_nonfinite = 0  # pushes refused whole: their result would be NaN or infinite
         self.snapshot_seq = 0
         self.last_snapshot: str | None = None
         self.lock = threading.Lock()
@@ -83,6 +93,7 @@ class Shard:
                 raise ShardError("limit", f"table '{key}': dim {cfg.dim} is over shard "
                                           f"{self.index}'s limit of {lim.max_dim} (ps serve --max-dim)")
         new = len(set(keys) - set(self.tables))
+        self._check_bytes(keys, cfgs)
         if len(self.tables) + new > lim.max_tables:
             raise ShardError("limit", f"shard {self.index} holds {len(self.tables)} tables; {new} "
                                       f"more would pass its limit of {lim.max_tables} "
@@ -93,6 +104,26 @@ class Shard:
             if key not in self.tables:
                 self.tables[key] = ShardTable(cfg, ns, who, threads=self.threads)
         return sorted(self.tables)
+
+    def _check_bytes(self, keys: list[str], cfgs: list[TableConfig]) -> None:
+        """Refuse new tables whose reserved rows (``INITIAL_ROWS`` each) would pass the byte
+        budget, before anything is allocated."""
+        fresh = {k: c for k, c in zip(keys, cfgs, strict=True) if k not in self.tables}
+        costs = [row_bytes(c) for c in fresh.values()]
+        need = INITIAL_ROWS * sum(costs)
+        held = self.bytes_held
+        if fresh and held + need > self.limits.max_bytes:
+            raise ShardError("full", f"shard {self.index}'s byte budget is full: it holds {held} "
+                                     f"of {self.limits.max_bytes} bytes, and registering "
+                                     f"{', '.join(repr(k) for k in fresh)} reserves {need} more "
+                                     f"({INITIAL_ROWS} rows each, of {'/'.join(map(str, costs))} "
+                                     "bytes); nothing was registered (raise ps serve --max-bytes / "
+                                     "store.remote.max_bytes, narrow the tables, or add shards)")
+
+    @property
+    def bytes_held(self) -> int:
+        """Bytes of every table together, as the byte budget counts them (``charged_bytes``)."""
+        return sum(t.charged_bytes for t in self.tables.values())
 
     def table(self, name: str) -> ShardTable:
         """The table a wire name (``NAMESPACE/TABLE``, or ``TABLE`` in ``default``) names."""
@@ -125,13 +156,15 @@ class Shard:
         """Rows held in every table together (what the row budget counts)."""
         return sum(t.rows for t in self.tables.values())
 
-    def _budget(self) -> int:
-        return self.limits.max_rows - self.rows
+    def _budget(self, t: ShardTable) -> int:
+        """New rows ``t`` may take within the row budget and the byte budget."""
+        room = self.limits.max_bytes - self.bytes_held + t.charged_bytes  # t's bytes, at most
+        return min(self.limits.max_rows - self.rows, room // t.row_bytes - t.rows)  # (its slots)
 
     def _limits(self, t: ShardTable) -> tuple[int, Quota | None, int | None, int, int]:
-        """(new rows ``t`` may take: the shard's row budget within its namespace's quota, the
-        quota, its room, the rows and bytes the namespace holds)."""
-        budget = self._budget()
+        """(new rows ``t`` may take: the shard's row and byte budgets within its namespace's
+        quota, the quota, its room, the rows and bytes the namespace holds)."""
+        budget = self._budget(t)
         quota = self.book.quotas.get(t.namespace)
         rows, nbytes = self.held().get(t.namespace, (0, 0)) if quota is not None else (0, 0)
         room = quota.room(rows, nbytes, t.width * 4) if quota is not None else None
@@ -142,12 +175,18 @@ class Shard:
         """The error of a request whose new rows do not fit (``e``: the table's own), naming
         the quota or the row budget that refused them."""
         budget, quota, room, rows, nbytes = lim
-        if quota is not None and room is not None and room < self._budget():
+        if quota is not None and room is not None and room < self._budget(t):
             return ShardError("quota", f"namespace '{t.namespace}' is at its quota on shard "
                                        f"{self.index}: it holds {rows} rows, {nbytes} bytes of "
                                        f"its quota of {quota.describe()}; {e}; nothing was "
                                        f"applied (raise {self.book.quota_key(t.namespace)}, "
                                        "or add shards)")
+        if self.limits.max_rows - self.rows > budget:  # the bytes ran out first
+            return ShardError("full", f"shard {self.index}'s byte budget is full: it holds "
+                                      f"{self.bytes_held} of {self.limits.max_bytes} bytes (table "
+                                      f"'{t.label}': {t.row_bytes} bytes a row); {e}; nothing was "
+                                      "applied (raise ps serve --max-bytes / "
+                                      "store.remote.max_bytes, or add shards)")
         return ShardError("full", f"shard {self.index}'s row budget is full: it holds "
                                   f"{self.rows} of {self.limits.max_rows} rows; {e} (raise ps "
                                   "serve --max-rows / store.remote.max_rows, or add shards)")
@@ -216,6 +255,9 @@ class Shard:
         lim = self._limits(t)
         try:
             t.push(ids, np.ascontiguousarray(grads), step, lim[0], self.index, self.num_shards)
+        except NonFiniteResult:
+            self.refused_nonfinite += 1
+            raise
         except ShardError as e:
             if e.kind != "full":
                 raise
@@ -247,10 +289,13 @@ class Shard:
             "shard": self.index, "num_shards": self.num_shards, "write_counter": self.write_counter,
             "tables": {n: {"rows": t.rows, "bytes": t.rows * t.width * 4, "dim": t.dim,
                            "width": t.width, "namespace": t.namespace,
-                           "overhead_bytes": t.overhead_bytes(), "slab_bytes": t.slab_bytes()}
+                           "overhead_bytes": t.overhead_bytes(), "slab_bytes": t.slab_bytes(),
+                           "charged_bytes": t.charged_bytes, "row_bytes": t.row_bytes}
                        for n, t in self.tables.items()},
             "namespaces": self.book.stats(self.held()),
             "rows": self.rows,
+            "bytes_held": self.bytes_held,  # against limits.max_bytes
+            "refused_nonfinite_pushes": self.refused_nonfinite,
             "last_snapshot": self.last_snapshot,
             "limits": dataclasses.asdict(self.limits),
             "threads": self.threads,
@@ -281,7 +326,7 @@ class Shard:
                 self.register([cfg], ns, requester=tm.get("registered_by", ns))
                 t = self.tables[key_of(ns, cfg.name)]
                 ids, rows, vers = read_table_arrays(d, tname, tm, t.width)
-                slots = t.slots(ids.astype(np.int64))
+                slots = self._slots(t, ids.astype(np.int64))  # within the budgets
                 t.slab[slots] = rows.astype(np.float32)
                 t.versions[slots] = vers
                 t.clean(slots)

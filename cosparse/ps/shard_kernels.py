@@ -43,7 +43,7 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from cosparse.optim.kernels import ROWWISE_ADAGRAD, rowwise_adagrad_rows4, update_row
+from cosparse.optim.kernels import ROWWISE_ADAGRAD, row_finite, rowwise_adagrad_rows4, update_row
 from cosparse.store.kernels.hashing import EMPTY, erase_at, first_empty, mix64, probe, probe_hashed
 from cosparse.store.kernels.rows import init_row, init_seed
 from cosparse.store.kernels.variants import variant
@@ -59,6 +59,7 @@ NOT_FINITE = 2  # a pushed gradient row with NaN or infinity (the first one's in
 DUPLICATE = 3  # a pushed ID that occurs twice (the second occurrence's index: ``at``)
 FULL = 4  # more new rows than the budget (``limit``) allows
 ROOM = 5  # the map or the row arrays must grow first (the caller grows them, then calls again)
+NOT_FINITE_RESULT = 6  # a pushed row whose new values or state would be NaN or infinite (``at``)
 
 
 PREFETCH_AHEAD = 8  # rows (or IDs) ahead that a pass asks the CPU to fetch
@@ -178,6 +179,13 @@ def _init_new(slab, new_ids, versions, flags, size0, size, seed, dim, init_kind,
 
 
 @numba.njit(inline="always")
+def _copy_row(src, r, dst, i):
+    """``dst[i] = src[r]`` (a plain loop: a slice assignment costs more in a kernel this hot)."""
+    for c in range(src.shape[1]):
+        dst[i, c] = src[r, c]
+
+
+@numba.njit(inline="always")
 def _first_mark(marks, bit):
     for i in range(marks.shape[0]):
         if marks[i] & bit:
@@ -229,11 +237,13 @@ def _pull(keys, vals, new_ids, slab, versions, flags, size, ids, shard, num_shar
 
 def _push(keys, vals, new_ids, slab, versions, flags, size, ids, grads, shard, num_shards,
           limit, room, seed, dim, init_kind, a, b, state0, col0, kind, lr, eps, l2, beta1, beta2,
-          corr1, corr2, slots, marks):
+          corr1, corr2, slots, marks, undo):
     """One PUSH: the optimizer rule ``kind`` on the row of each (unique) ``ids[i]`` with
     ``grads[i]``, in place; each row's version + 1, dirty. Absent IDs get their initial row first.
     Refused, with nothing changed: a foreign ID, a non-finite gradient row, a duplicate ID, more
-    new rows than ``limit`` allows (in that order). Returns (new size, status, index)."""
+    new rows than ``limit`` allows (in that order), and a row whose new values or state would be
+    NaN or infinite (``NOT_FINITE_RESULT``: every row is put back from ``undo`` [n, width], its
+    copy taken just before its update). Returns (new size, status, index)."""
     if _lookup(keys, vals, ids, shard, num_shards, grads, slots, marks):
         i = _first_mark(marks, 1)
         if i >= 0:
@@ -254,12 +264,20 @@ def _push(keys, vals, new_ids, slab, versions, flags, size, ids, grads, shard, n
     _init_new(slab, new_ids, versions, flags, size0, size, seed, dim, init_kind, a, b, state0,
               col0, 0)
     n = ids.shape[0]
+    width = slab.shape[1]
+    bad = 0
     if kind == ROWWISE_ADAGRAD:  # four rows at a time (each row's arithmetic unchanged)
         quads = n // 4
         for q in prange(quads):
             for j in range(4 * q + 2 * PREFETCH_AHEAD, min(4 * q + 2 * PREFETCH_AHEAD + 4, n)):
                 prefetch_row(slab, slots[j])
+            for j in range(4 * q, 4 * q + 4):
+                _copy_row(slab, slots[j], undo, j)
             rowwise_adagrad_rows4(slab, slots, 4 * q, grads, dim, lr, eps, l2)
+            for j in range(4 * q, 4 * q + 4):
+                if not row_finite(slab, slots[j], width):
+                    marks[j] = 4
+                    bad += 1
         first = 4 * quads
     else:
         first = 0
@@ -267,8 +285,18 @@ def _push(keys, vals, new_ids, slab, versions, flags, size, ids, grads, shard, n
         r = slots[i]
         if i + PREFETCH_AHEAD < n:
             prefetch_row(slab, slots[i + PREFETCH_AHEAD])
+        _copy_row(slab, r, undo, i)
         update_row(kind, slab, slab, dim, r, grads, i, slab, r, dim, lr, eps, l2, beta1, beta2,
                    corr1, corr2)
+        if not row_finite(slab, r, width):
+            marks[i] = 4
+            bad += 1
+    if bad > 0:  # all or nothing: every row back as it was, the new IDs out of the map
+        for i in prange(n):
+            slab[slots[i], :] = undo[i]
+            flags[slots[i]] = flags[slots[i]] & NOT_SEEN
+        _rollback(keys, vals, new_ids, size - size0)
+        return size0, NOT_FINITE_RESULT, _first_mark(marks, 4)
     for i in prange(n):
         r = slots[i]
         versions[r] += 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from cosparse.config import TableConfig
-from cosparse.optim import SparseOptimizer
+from cosparse.optim import SparseOptimizer, state_width
 from cosparse.optim.kernels import KIND_CODES
 from cosparse.ps import shard_kernels as K
 from cosparse.ps.limits import ShardError
@@ -31,6 +31,16 @@ from cosparse.ps.protocol import shard_of
 _INIT_KIND = {"uniform": 0, "normal": 1}
 _MAX_LOAD = 0.7  # the map's largest load factor
 _NO_LIMIT = 1 << 62
+INITIAL_ROWS = 1024  # the rows a new table reserves (what REGISTER charges to the byte budget)
+
+
+def row_bytes(cfg: TableConfig) -> int:
+    """What one row of table ``cfg`` costs a shard (what ``ps serve --max-bytes`` counts): its
+    values and optimizer state (float32), its version (int64) and flags (uint8), and its share of
+    the ID -> slot map (an int64 key and an int32 slot per bucket; at most 2 / ``_MAX_LOAD``
+    buckets per row, the map being a power of two at most ``_MAX_LOAD`` full)."""
+    width = cfg.dim + state_width(cfg.optimizer.kind, cfg.dim)
+    return 4 * width + 8 + 1 + int(np.ceil(2 * 12 / _MAX_LOAD))
 
 
 def _pow2_at_least(n: int) -> int:
@@ -41,13 +51,14 @@ class ShardTable:
     """The rows of one table on this shard."""
 
     def __init__(self, cfg: TableConfig, namespace: str = "default", registered_by: str = "default",
-                 initial_rows: int = 1024, threads: int = 1) -> None:
+                 initial_rows: int = INITIAL_ROWS, threads: int = 1) -> None:
         self.cfg = cfg
         self.namespace = namespace  # the PS namespace it lives in (``cosparse.ps.namespaces``)
         self.registered_by = registered_by  # the namespace whose REGISTER created it
         self.optimizer = SparseOptimizer(cfg.optimizer)
         self.dim = cfg.dim
         self.width = cfg.dim + self.optimizer.state_width(cfg.dim)
+        self.row_bytes = row_bytes(cfg)
         self.size = 0
         cap = _pow2_at_least(int(initial_rows / _MAX_LOAD) + 1)
         self.keys = np.zeros(cap, dtype=np.int64)
@@ -64,6 +75,7 @@ class ShardTable:
         self._slots = np.empty(0, dtype=np.int64)  # per-request scratch, reused
         self._marks = np.empty(0, dtype=np.uint8)
         self._new_ids = np.empty(0, dtype=np.int64)
+        self._undo = np.empty((0, self.width), dtype=np.float32)  # a push's rows before it
         self.threads = threads  # > 1: the parallel kernels, on numba's threads
 
     def _alloc_rows(self, cap: int) -> None:
@@ -80,6 +92,12 @@ class ShardTable:
     @property
     def rows(self) -> int:
         return self.size
+
+    @property
+    def charged_bytes(self) -> int:
+        """What it counts against its shard's byte budget: ``row_bytes`` for every slot of its
+        arrays, live or not yet used (they grow within the budget: ``_grow``)."""
+        return self.capacity * self.row_bytes
 
     @property
     def capacity(self) -> int:
@@ -121,8 +139,10 @@ class ShardTable:
         """Bytes of the slab: every slot (live or not yet used) of rows with their optimizer state."""
         return int(self.slab.nbytes)
 
-    def _grow(self, extra: int) -> None:
-        """Room for ``extra`` more rows: the map (rehashed) and the per-slot arrays (copied)."""
+    def _grow(self, extra: int, budget: int | None = None) -> None:
+        """Room for ``extra`` more rows: the map (rehashed) and the per-slot arrays (copied, to
+        twice the capacity, but to no more than ``budget`` rows beyond those it holds: the
+        kernels refuse a request past that limit before they ask for room)."""
         need = self.size + extra
         if need > _MAX_LOAD * self.keys.shape[0]:
             cap = _pow2_at_least(int(need / _MAX_LOAD) + 1)
@@ -132,7 +152,8 @@ class ShardTable:
             self.keys, self.vals = keys, vals
         if need > self.capacity:
             old = (self.slab, self.versions, self.flags)
-            self._alloc_rows(max(2 * self.capacity, need))
+            most = _NO_LIMIT if budget is None else self.size + max(budget, 0)
+            self._alloc_rows(max(self.capacity + 1, min(max(2 * self.capacity, need), most)))
             n = self.size
             for new, prev in zip((self.slab, self.versions, self.flags), old,
                                  strict=True):
@@ -178,7 +199,7 @@ class ShardTable:
                                       rows, versions, slots, marks)
             if status != K.ROOM:
                 break
-            self._grow(n)
+            self._grow(n, budget)
         self._raise(status, at, ids, budget, shard, num_shards)
         self.size = int(size)
         return rows, versions
@@ -192,15 +213,17 @@ class ShardTable:
         kernel = K.push_parallel if self.threads > 1 else K.push_serial
         limit = _NO_LIMIT if budget is None else self.size + max(budget, 0)
         c1, c2 = self.optimizer._corrections(step)
+        if self._undo.shape[0] < n:  # (a push's only: a pull never needs it)
+            self._undo = np.empty((max(n, 2 * self._undo.shape[0]), self.width), dtype=np.float32)
         while True:
             slots, marks = self._scratch(n)
             size, status, at = kernel(self.keys, self.vals, self._new_ids, self.slab,
                                       self.versions, self.flags, self.size, ids, grads, shard,
                                       num_shards, limit, self._room(), *self._init, self._kind,
-                                      *self._rule, c1, c2, slots, marks)
+                                      *self._rule, c1, c2, slots, marks, self._undo[:n])
             if status != K.ROOM:
                 break
-            self._grow(n)
+            self._grow(n, budget)
         self._raise(status, at, ids, budget, shard, num_shards, grads)
         self.size = int(size)
 
@@ -218,7 +241,7 @@ class ShardTable:
                                          *self._init, out)
             if status != K.ROOM:
                 break
-            self._grow(ids.shape[0])
+            self._grow(ids.shape[0], budget)
         self._raise(status, -1, ids, budget, 0, 1)
         self.size = int(size)
         return out
@@ -230,6 +253,12 @@ class ShardTable:
             return
         if status == K.NOT_FINITE and grads is not None:
             check_finite(self.label, "gradients", ids, grads)
+        if status == K.NOT_FINITE_RESULT:
+            raise NonFiniteResult(
+                f"table '{self.label}': refused a push whose result would be NaN or infinite in "
+                f"row ID {int(ids[at])} (its values or {self.optimizer.kind} state overflow "
+                "float32: gradients too large for the learning rate); nothing was applied "
+                "(lower tables[*].optimizer.lr, or check the data for huge values)")
         if status == K.FOREIGN:
             foreign = shard_of(ids, num_shards) != shard
             raise ShardError("owner", f"shard {shard}/{num_shards} does not own "
@@ -257,11 +286,18 @@ class ShardTable:
         self.flags[slots] |= K.DIRTY
 
 
+class NonFiniteResult(ShardError):
+    """A PUSH refused whole: a row's new values or optimizer state would be NaN or infinite."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("nonfinite", message)
+
+
 def check_finite(table: str, what: str, ids: np.ndarray, values: np.ndarray) -> None:
     """Refuse NaN or infinite values: one would poison a row for good."""
     ok = np.isfinite(values).all(axis=1)
     if not ok.all():
         bad = np.flatnonzero(~ok)
-        raise ShardError("request", f"table '{table}': refused {what} with NaN or infinite values "
+        raise ShardError("nonfinite", f"table '{table}': refused {what} with NaN or infinite values "
                                     f"in {bad.shape[0]} of {ids.shape[0]} rows (e.g. ID "
                                     f"{int(ids[bad[0]])}); nothing was applied")

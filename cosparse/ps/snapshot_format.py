@@ -4,10 +4,15 @@ Tables are keyed ``NAMESPACE/TABLE`` in the manifest; a snapshot written before 
 them ``TABLE``, which restores into ``default`` (``cosparse.ps.namespaces``).
 
 Snapshots are directories ``root/snapshots/<seq>-full|incr`` holding ``.npy`` files (IDs, rows
-with state, versions per table) and a JSON manifest with the sha256 of every file, written into
+with state, versions per table) and a JSON manifest with the sha256 and size of every file (sizes
+since issue 31: older manifests are checked by checksum alone), written into
 a temporary directory, fsynced and renamed into place; then ``root/LATEST`` names the newest one
 (also atomically). An incremental snapshot holds only rows dirtied since the previous snapshot
 and names it as its parent; a restore follows the chain down to a full one.
+
+A restore trusts nothing it reads: a chain that loops or passes ``MAX_CHAIN_LENGTH``, a manifest
+whose files are missing or of another size, a checksum mismatch, and NaN or infinite rows are
+each a ``SnapshotError`` naming the snapshot directory or file (``ps serve`` exits 2 with it).
 """
 
 from __future__ import annotations
@@ -63,15 +68,16 @@ def write_snapshot(root: str | Path, tables: Mapping[str, ShardTable], shard: in
         for i, (tname, t) in enumerate(sorted(tables.items())):
             occ = t.occupied_slots()
             slots = occ[t.dirty] if incremental else occ
-            files = {}
+            files, sizes = {}, {}
             for suffix, arr in (("ids", t.ids_by_slot()[slots]), ("rows", t.read(slots, True)),
                                 ("versions", t.versions[slots])):
                 fname = f"t{i}.{suffix}.npy"
-                files[fname] = _write_npy(tmp / fname, arr)
+                files[fname], sizes[fname] = _write_npy(tmp / fname, arr)
             manifest["tables"][tname] = {"config": dataclasses.asdict(t.cfg),
                                          "namespace": t.namespace,
                                          "registered_by": t.registered_by,
-                                         "rows": int(slots.shape[0]), "files": files}
+                                         "rows": int(slots.shape[0]), "files": files,
+                                         "sizes": sizes}
             written.append((t, slots))
         data = json.dumps(manifest, indent=1, sort_keys=True).encode()
         _write_bytes(tmp / "manifest.json", data)
@@ -93,31 +99,84 @@ def snapshot_chain(root: Path, name: str | None, shard: int, num_shards: int
                    ) -> tuple[str, list[tuple[str, dict]]] | None:
     """(the snapshot to restore, its chain of (name, manifest) newest first) for shard ``shard``
     of ``num_shards``: ``name``, or the newest one by default; None when there is none. Sweeps
-    what a shard killed mid-snapshot left."""
+    what a shard killed mid-snapshot left. Every manifest of the chain is checked before any
+    row is read: the chain (``walk_chain``), the shard, and the files it names (``check_files``)."""
     sweep(root / "snapshots", [".tmp-"])
     latest = read_latest(root) if name is None else name
     if latest is None:
         return None
     if name is not None and not (root / "snapshots" / name).is_dir():
         raise SnapshotError(f"{root}: no snapshot named {name!r}")
-    chain = []
-    current: str | None = latest
-    while current is not None:
-        if not NAME_RE.match(current):
-            raise SnapshotError(f"bad snapshot name {current!r} in chain")
-        m = read_manifest(root / "snapshots" / current)
-        if (m["shard"], m["num_shards"]) != (shard, num_shards):
-            raise SnapshotError(f"snapshot {current} belongs to shard {m['shard']}/"
-                                f"{m['num_shards']}, not {shard}/{num_shards}")
-        chain.append((current, m))
-        current = m["parent"] if m["kind"] == "incremental" else None
+    chain = walk_chain(root, latest)
+    for current, m in chain:
+        if (m.get("shard"), m.get("num_shards")) != (shard, num_shards):
+            raise SnapshotError(f"snapshot {root / 'snapshots' / current} belongs to shard "
+                                f"{m.get('shard')}/{m.get('num_shards')}, not {shard}/{num_shards}")
+        check_files(root / "snapshots" / current, m)
     return latest, chain
+
+
+def walk_chain(root: str | Path, name: str) -> list[tuple[str, dict]]:
+    """``name`` and the snapshots it depends on, newest first (ending with a full one), each with
+    its manifest. Refused (``SnapshotError``): a name that is not a snapshot's, a parent that is
+    not older than its child (which rules out a chain that loops), and a chain longer than
+    ``MAX_CHAIN_LENGTH``."""
+    snaps = Path(root) / "snapshots"
+    out: list[tuple[str, dict]] = []
+    seen: set[str] = set()
+    current: str | None = name
+    while current is not None:
+        if not isinstance(current, str) or not _NAME_RE.match(current):
+            raise SnapshotError(f"{snaps}: bad snapshot name {current!r} in the chain of {name!r}")
+        if current in seen:
+            raise SnapshotError(f"{snaps}: the chain of {name!r} loops: {current!r} is its own "
+                                f"ancestor ({' -> '.join(n for n, _ in out)} -> {current})")
+        if out and seq_of(current) >= seq_of(out[-1][0]):
+            raise SnapshotError(f"{snaps / out[-1][0]}: names {current!r} as its parent, which is "
+                                "not older (a parent's sequence number is always lower)")
+        if len(out) >= MAX_CHAIN_LENGTH:
+            raise SnapshotError(f"{snaps}: the chain of {name!r} is longer than "
+                                f"{MAX_CHAIN_LENGTH} snapshots (a trainer writes a full one every "
+                                "store.remote.snapshot_keep saves); refused")
+        seen.add(current)
+        m = read_manifest(snaps / current)
+        out.append((current, m))
+        current = m.get("parent") if m.get("kind") == "incremental" else None
+    return out
+
+
+def check_files(d: Path, m: dict) -> None:
+    """Check manifest ``m`` of snapshot directory ``d`` against the files it names, without
+    reading them: each table names its ids, rows and versions files, each of them exists, and
+    has the size the manifest records (manifests written before sizes were recorded: their
+    checksums, verified on reading, are the only check)."""
+    tables = m.get("tables")
+    if not isinstance(tables, dict):
+        raise SnapshotError(f"{d / 'manifest.json'}: no 'tables' mapping")
+    for tname, tm in tables.items():
+        files = tm.get("files") if isinstance(tm, dict) else None
+        if not isinstance(files, dict) or sorted(f.split(".")[1] for f in files
+                                                 if f.count(".") == 2) != _ARRAYS:
+            raise SnapshotError(f"{d / 'manifest.json'}: table '{tname}' must name one ids, rows "
+                                f"and versions file each, got {files!r}")
+        sizes = tm.get("sizes") or {}
+        for fname in files:
+            if not NAME_RE.match(fname):
+                raise SnapshotError(f"{d}: bad file name {fname!r}")
+            try:
+                size = (d / fname).stat().st_size
+            except OSError as e:
+                raise SnapshotError(f"{d / fname}: named by the manifest, unreadable ({e})") from e
+            if fname in sizes and sizes[fname] != size:
+                raise SnapshotError(f"{d / fname}: {size} bytes, the manifest records "
+                                    f"{sizes[fname]} (truncated or replaced)")
 
 
 def read_table_arrays(d: Path, tname: str, tm: dict, width: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids, rows [n, width], versions) of table ``tname`` in snapshot directory ``d``, from its
-    manifest entry ``tm``; every file's checksum is verified."""
+    manifest entry ``tm``; every file's checksum is verified, and every row and its optimizer
+    state must be finite."""
     arrs = {}
     for fname, digest in tm["files"].items():
         if not NAME_RE.match(fname):
@@ -126,13 +185,29 @@ def read_table_arrays(d: Path, tname: str, tm: dict, width: int
         if hashlib.sha256(raw).hexdigest() != digest:
             raise SnapshotError(f"{d / fname}: checksum mismatch")
         arrs[fname.split(".")[1]] = np.load(d / fname, allow_pickle=False)
+    if sorted(arrs) != _ARRAYS:
+        raise SnapshotError(f"{d}: table '{tname}' must have ids, rows and versions files, "
+                            f"got {sorted(tm['files'])}")
     ids, rows, vers = arrs["ids"], arrs["rows"], arrs["versions"]
     if rows.shape != (ids.shape[0], width) or vers.shape != ids.shape:
         raise SnapshotError(f"{d}: table '{tname}' arrays have inconsistent shapes")
+    if rows.dtype != np.float32 or ids.dtype != np.int64 or vers.dtype != np.int64:
+        raise SnapshotError(f"{d}: table '{tname}' arrays have dtypes {ids.dtype}, {rows.dtype}, "
+                            f"{vers.dtype}, not int64, float32, int64")
+    for a in range(0, rows.shape[0], FINITE_CHUNK_ROWS):  # rows and optimizer state
+        ok = np.isfinite(rows[a : a + FINITE_CHUNK_ROWS]).all(axis=1)
+        if not ok.all():
+            bad = a + np.flatnonzero(~ok)
+            raise SnapshotError(f"{d}: table '{tname}' holds NaN or infinite values (rows or "
+                                f"optimizer state) in row ID {int(ids[bad[0]])}, and maybe more; "
+                                "refused: such rows never train again (restore an older snapshot)")
     return ids, rows, vers
 
 
 _NAME_RE = re.compile(r"^\d{8}-(full|incr)$")
+_ARRAYS = ["ids", "rows", "versions"]
+MAX_CHAIN_LENGTH = 1024  # snapshots in one chain (a full one and the incremental ones over it)
+FINITE_CHUNK_ROWS = 1 << 16  # rows checked for NaN/inf at a time (bounds the temporary)
 
 
 def seq_of(name: str) -> int:
@@ -170,9 +245,11 @@ def _write_bytes(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _write_npy(path: Path, arr: np.ndarray) -> str:
+def _write_npy(path: Path, arr: np.ndarray) -> tuple[str, int]:
+    """Write ``arr``; (the file's sha256, its size in bytes)."""
     with open(path, "wb") as f:
         np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    raw = path.read_bytes()
+    return hashlib.sha256(raw).hexdigest(), len(raw)

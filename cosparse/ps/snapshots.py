@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cosparse.config import ConfigError
 from cosparse.owner import owner_tag, sweep
-from cosparse.ps.snapshot_format import SnapshotError, read_latest, read_manifest
+from cosparse.ps.snapshot_format import SnapshotError, read_latest, walk_chain
 
 SNAPSHOT_RE = re.compile(r"^\d{8}-(full|incr)$")
 
@@ -28,17 +28,9 @@ class StaleSnapshots(ConfigError):
 
 
 def chain(root: str | Path, name: str) -> list[str]:
-    """``name`` and the snapshots it depends on, newest first (ends with a full one)."""
-    snaps = Path(root) / "snapshots"
-    out: list[str] = []
-    current: str | None = name
-    while current is not None:
-        if not SNAPSHOT_RE.match(current) or current in out:
-            raise SnapshotError(f"{snaps}: bad snapshot chain at {current!r} (from {name!r})")
-        m = read_manifest(snaps / current)
-        out.append(current)
-        current = m.get("parent") if m.get("kind") == "incremental" else None
-    return out
+    """``name`` and the snapshots it depends on, newest first (ends with a full one); a chain
+    that loops or is too long is a ``SnapshotError`` (``walk_chain``)."""
+    return [n for n, _ in walk_chain(root, name)]
 
 
 def prune(root: str | Path, keep: Iterable[str]) -> list[str]:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from cosparse.config import ConfigError, TableConfig
-from cosparse.optim import SparseOptimizer, state_width
+from cosparse.optim import NonFiniteUpdate, SparseOptimizer, state_width
 from cosparse.store import kernels
 from cosparse.store.dedup import map_ids
 from cosparse.store.hashmap import IdMap
@@ -96,14 +96,19 @@ class SlabRows:
     def apply_gradients(
         self, w: torch.Tensor, s: torch.Tensor, g: torch.Tensor, slots: np.ndarray, step: int
     ) -> None:
-        """Optimizer update of the gathered rows, written straight back into the slab."""
+        """Optimizer update of the gathered rows, written straight back into the slab; one that
+        would make a row or its state non-finite is refused whole (``NonFiniteUpdate``, exit 8)."""
         with self._slab_lock:
             arr = self.slab_array
-            if arr is not None:
-                self.optimizer.update(w.numpy(), s.numpy(), g.contiguous().numpy(), step, arr, slots)
-            else:
-                dev_slots = torch.from_numpy(slots).to(self.device)
-                self.optimizer.update(w, s, g, step, self.slab, dev_slots)
+            try:
+                if arr is not None:
+                    self.optimizer.update(w.numpy(), s.numpy(), g.contiguous().numpy(), step, arr,
+                                          slots)
+                else:
+                    dev_slots = torch.from_numpy(slots).to(self.device)
+                    self.optimizer.update(w, s, g, step, self.slab, dev_slots)
+            except NonFiniteUpdate as e:
+                raise e.named(self.cfg.name) from None
 
     # planning hooks: an all-resident table needs no pins, and has no misses to fill
     def row_sources(self, delivered: DeliveredRowSource | None = None) -> list[RowSource]:

@@ -53,6 +53,7 @@ class PSConnection:
                 self.shards = EmbeddedShards(remote.num_shards, self.cfg.tables, data_dir,
                                              auth_key_file=remote.auth_key, restore=restore,
                                              max_rows=remote.max_rows,
+                                             max_bytes=remote.max_bytes,
                                              namespace=remote.namespace_name, quota=self.quota)
                 self.client = self.shards.client(remote.timeout_s, remote.heartbeat_s,
                                                  self.ctx.links.trainer_ps)
