@@ -40,7 +40,8 @@ class CurveTransport:
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         # per connection (routing identity): (trackers, bytes) of each reply libzmq still holds
         self.unsent: dict[bytes, deque[tuple[list, int]]] = {}
-        self.stats: dict = {"queued_reply_bytes": 0, "replies_dropped": 0}
+        self.queued = 0  # reply bytes libzmq still holds, all connections
+        self.replies_dropped = 0
 
     def _setup_curve(self, secret_file: str) -> None:
         from zmq.auth import load_certificate
@@ -61,9 +62,10 @@ class CurveTransport:
         self.sock.curve_server = True
 
     def serve(self, handle: Callable[[list], None], keep_going: Callable[[], bool],
-              note_depth: Callable[[int], None]) -> None:
+              note_depth: Callable[[int], None], stats: dict) -> None:
         """Receive and answer (``handle(frames)``, ``frames[0]`` the identity as bytes) until
-        ``keep_going()`` is false (asked per message and every ``CHECK_S`` when idle)."""
+        ``keep_going()`` is false (asked per message and every ``CHECK_S`` when idle);
+        ``stats["transport"]`` is kept current. (libzmq's I/O thread answers PINGs.)"""
         # a blocking receive (no poll per message); the timeout is the idle check's period
         self.sock.setsockopt(zmq.RCVTIMEO, int(CHECK_S * 1000))
         while True:
@@ -71,6 +73,7 @@ class CurveTransport:
                 first = self.sock.recv_multipart(copy=False)
             except zmq.Again:
                 self._prune_all()
+                stats["transport"] = self.snapshot()
                 if not keep_going():
                     return
                 continue
@@ -78,6 +81,7 @@ class CurveTransport:
             while len(batch) < 1024 and self.sock.get(zmq.EVENTS) & zmq.POLLIN:
                 batch.append(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
             note_depth(len(batch))
+            stats["transport"] = self.snapshot()
             for frames in batch:
                 handle([frames[0].bytes, *frames[1:]])
                 if not keep_going():
@@ -88,7 +92,7 @@ class CurveTransport:
         it as dropped)."""
         queue = self.unsent.get(ident)
         if queue is not None and self._prune(ident, queue) >= self.limits.max_queued_reply_bytes:
-            self.stats["replies_dropped"] += 1
+            self.replies_dropped += 1
             return
         parts = [ident, *frames]
         trackers, nbytes = [], 0
@@ -99,12 +103,16 @@ class CurveTransport:
                 nbytes += memoryview(f).nbytes
         if trackers:
             self.unsent.setdefault(ident, deque()).append((trackers, nbytes))
-            self.stats["queued_reply_bytes"] += nbytes
+            self.queued += nbytes
+
+    def snapshot(self) -> dict:
+        """The transport's counters (a copy, for STATS)."""
+        return {"queued_reply_bytes": self.queued, "replies_dropped": self.replies_dropped}
 
     def _prune(self, ident: bytes, queue: deque) -> int:
         """Forget this connection's replies that have left; its unsent bytes."""
         while queue and all(t.done for t in queue[0][0]):
-            self.stats["queued_reply_bytes"] -= queue.popleft()[1]
+            self.queued -= queue.popleft()[1]
         if not queue:
             del self.unsent[ident]
             return 0

@@ -147,7 +147,7 @@ class Server:
         self.stats = {"requests": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0,
                       "queue_depth": 0, "max_queue_depth": 0, "busy_s": 0.0,
                       "cpu_s_by_op": {},  # op name -> this thread's CPU seconds answering it
-                      "transport": self.transport.stats}  # connections, drops, bytes held
+                      "transport": self.transport.snapshot()}  # connections, drops, bytes held
 
     # --- loop -------------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -161,7 +161,7 @@ class Server:
             os.replace(tmp, self.opts.ready_file)
         gc.collect()
         gc.freeze()  # what start-up built stays out of every later collection
-        self.transport.serve(self._handle, self._keep_serving, self._note_depth)
+        self.transport.serve(self._handle, self._keep_serving, self._note_depth, self.stats)
         self.close()
 
     def _keep_serving(self) -> bool:

@@ -27,10 +27,13 @@ Every drop is counted in STATS (``transport.dropped_connections`` by reason) and
 
 from __future__ import annotations
 
+import queue
 import selectors
 import socket
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +45,8 @@ MAX_CONNECTIONS = 4096
 CHECK_S = 0.2  # period of the timeout sweep and of keep_going() when idle
 _LOGGED_DROPS = 20  # drops logged per reason (then every 1000th)
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+_WAKER = object()  # selector data of the wake-up socket
+_DONE = object()  # outbox: the message in flight is answered
 
 
 @dataclass
@@ -82,64 +87,63 @@ class ZmtpTransport:
                         f":{bound[1]}"
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.listener, _READ, None)
+        # the serving thread wakes the I/O thread through this pair (replies to send)
+        self.waker, self.wakee = socket.socketpair()
+        self.waker.setblocking(False)
+        self.wakee.setblocking(False)
+        self.sel.register(self.wakee, _READ, _WAKER)
         self.conns: dict[bytes, Connection] = {}
         self.next_id = 0
         self.held = 0  # request bytes held, all connections
         self.queued = 0  # reply bytes queued, all connections
-        self.stats: dict = {"connections": 0, "dropped_connections": {}, "backpressured": 0,
-                            "pending_request_bytes": 0, "queued_reply_bytes": 0,
-                            "replies_to_closed": 0}
+        self.backpressured = 0  # times a connection's reply queue went over the cap
+        self.replies_to_closed = 0
+        self.drops: dict[str, int] = {}  # dropped connections by reason
+        # serving thread <-> I/O thread: one message in flight at a time (the cap is checked
+        # per message), its reply frames and then _DONE back
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.outbox: deque = deque()
+        self.in_flight = False
+        self.drain: deque[Connection] = deque()  # connections with messages, taken in turn
+        self.stopping = False
 
-    # --- the loop ---------------------------------------------------------------------------
+    # --- the serving thread ------------------------------------------------------------------
     def serve(self, handle: Callable[[list], None], keep_going: Callable[[], bool],
-              note_depth: Callable[[int], None]) -> None:
-        """Read, answer (``handle(frames)`` per message, ``frames[0]`` the connection's
-        identity), send; until ``keep_going()`` is false (asked per message, and every
-        ``CHECK_S`` when idle)."""
-        next_check = 0.0
-        answerable: list[Connection] = []
-        while True:
-            now = time.monotonic()
-            if now >= next_check:
+              note_depth: Callable[[int], None], stats: dict) -> None:
+        """Answer messages on this thread (``handle(frames)`` per message, ``frames[0]`` the
+        connection's identity; its reply through ``send``) while the I/O thread reads, answers
+        PINGs and sends, so that a long request does not stop heartbeats; until ``keep_going()``
+        is false (asked per message, and every ``CHECK_S`` when idle). ``stats["transport"]``
+        is kept current."""
+        io = threading.Thread(target=self._io_loop, name="ps-transport-io", daemon=True)
+        io.start()
+        try:
+            while True:
+                try:
+                    frames, depth = self.inbox.get(timeout=CHECK_S)
+                except queue.Empty:
+                    stats["transport"] = self.snapshot()
+                    if not keep_going() or not io.is_alive():
+                        return
+                    continue
+                if depth:
+                    note_depth(depth)
+                stats["transport"] = self.snapshot()
+                try:
+                    handle(frames)
+                finally:
+                    self.outbox.append(_DONE)
+                    self._wake()
                 if not keep_going():
                     return
-                self._sweep(now)
-                next_check = now + CHECK_S
-            timeout = 0.0 if answerable else max(0.0, next_check - now)
-            for key, mask in self.sel.select(timeout):
-                conn = key.data
-                if conn is None:
-                    self._accept()
-                    continue
-                if mask & _WRITE:
-                    self._flush(conn)
-                if mask & _READ and not conn.closed:
-                    self._read(conn)
-            cap = self.limits.max_queued_reply_bytes
-            answerable = [c for c in self.conns.values() if c.messages and c.queued < cap]
-            if not answerable:
-                continue
-            note_depth(sum(len(c.messages) for c in answerable))
-            for conn in answerable:
-                while conn.messages and conn.queued < cap and not conn.closed:
-                    frames, nbytes = conn.take_message()
-                    self.held -= nbytes
-                    handle(frames)
-                    if not keep_going():
-                        return
-                if not conn.closed:
-                    conn.paused = False
-                    self._parse(conn)
-            answerable = [c for c in answerable if c.messages and c.queued < cap]
-            self._refresh()
+        finally:
+            self.stopping = True
+            self._wake()
+            io.join(timeout=5.0)
 
     def send(self, ident: bytes, frames: list) -> None:
-        """Queue a reply (frames: bytes-like, numpy arrays; held, not copied) and send what the
-        socket takes now."""
-        conn = self.conns.get(ident)
-        if conn is None or conn.closed:
-            self.stats["replies_to_closed"] += 1
-            return
+        """Queue a reply (frames: bytes-like, numpy arrays; held, not copied) for the I/O
+        thread to send (called by ``handle``)."""
         bufs, last = [], len(frames) - 1
         for i, f in enumerate(frames):
             mv = memoryview(f)
@@ -150,8 +154,93 @@ class ZmtpTransport:
                 bufs.append(memoryview(head + bytes(mv)))
             else:
                 bufs += [memoryview(head), mv]
-        self.queued += conn.queue(bufs)
-        self._flush(conn)
+        self.outbox.append((ident, bufs))
+
+    def snapshot(self) -> dict:
+        """The transport's counters (a copy, for STATS)."""
+        return {"connections": len(self.conns), "pending_request_bytes": self.held,
+                "queued_reply_bytes": self.queued, "backpressured": self.backpressured,
+                "replies_to_closed": self.replies_to_closed,
+                "dropped_connections": dict(self.drops)}
+
+    def _wake(self) -> None:
+        try:
+            self.waker.send(b"w")
+        except (BlockingIOError, InterruptedError):
+            pass  # already full of wake-ups
+
+    # --- the I/O thread ---------------------------------------------------------------------
+    def _io_loop(self) -> None:
+        next_check = 0.0
+        while not self.stopping:
+            now = time.monotonic()
+            if now >= next_check:
+                self._sweep(now)
+                next_check = now + CHECK_S
+            pick = not self.in_flight and (self.drain or self._answerable())
+            timeout = 0.0 if pick else max(0.0, next_check - now)
+            for key, mask in self.sel.select(timeout):
+                conn = key.data
+                if conn is None:
+                    self._accept()
+                elif conn is _WAKER:
+                    self._drain_wakes()
+                else:
+                    if mask & _WRITE:
+                        self._flush(conn)
+                    if mask & _READ and not conn.closed:
+                        self._read(conn)
+            self._take_replies()
+            if not self.in_flight:
+                self._hand_one()
+
+    def _take_replies(self) -> None:
+        while self.outbox:
+            item = self.outbox.popleft()
+            if item is _DONE:
+                self.in_flight = False
+                continue
+            ident, bufs = item
+            conn = self.conns.get(ident)
+            if conn is None or conn.closed:
+                self.replies_to_closed += 1
+                continue
+            self.queued += conn.queue(bufs)
+            self._flush(conn)
+
+    def _answerable(self) -> bool:
+        cap = self.limits.max_queued_reply_bytes
+        return any(c.messages and c.queued < cap for c in self.conns.values())
+
+    def _hand_one(self) -> None:
+        """Give the serving thread the next message: connections in turn, each while its reply
+        queue is under the cap (checked per message)."""
+        cap = self.limits.max_queued_reply_bytes
+        depth = 0
+        if not self.drain:
+            self.drain = deque(c for c in self.conns.values() if c.messages and c.queued < cap)
+            depth = sum(len(c.messages) for c in self.drain)
+        while self.drain:
+            conn = self.drain.popleft()
+            if conn.closed or not conn.messages or conn.queued >= cap:
+                continue
+            frames, nbytes = conn.take_message()
+            self.held -= nbytes
+            if conn.messages:
+                self.drain.append(conn)
+            if conn.paused:  # the bytes it waited for may be free now
+                conn.paused = False
+                self._parse(conn)
+            self.in_flight = True
+            self.inbox.put((frames, depth))
+            return
+
+    def _drain_wakes(self) -> None:
+        try:
+            while self.wakee.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
 
     def close(self) -> None:
         for conn in list(self.conns.values()):
@@ -159,6 +248,8 @@ class ZmtpTransport:
         self.conns.clear()
         self.sel.close()
         self.listener.close()
+        self.waker.close()
+        self.wakee.close()
 
     # --- connections ------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -248,7 +339,7 @@ class ZmtpTransport:
     def _interest(self, conn: Connection) -> None:
         over = conn.queued >= self.limits.max_queued_reply_bytes
         if over and not conn.over_cap:
-            self.stats["backpressured"] += 1
+            self.backpressured += 1
         conn.over_cap = over
         events = (0 if conn.paused or over else _READ) | (_WRITE if conn.out else 0)
         if events == conn.events:
@@ -275,13 +366,6 @@ class ZmtpTransport:
                     and now - conn.read_at > stall:
                 self._drop(conn, "request_stalled", f"an incomplete message of {conn.incomplete} "
                            f"bytes and no byte for {stall:g} s (ps serve --stall-timeout-s)")
-        self._refresh()
-
-    def _refresh(self) -> None:
-        st = self.stats
-        st["connections"] = len(self.conns)
-        st["pending_request_bytes"] = self.held
-        st["queued_reply_bytes"] = self.queued
 
     def _close(self, conn: Connection) -> None:
         """Forget a connection and free all it held."""
@@ -294,14 +378,12 @@ class ZmtpTransport:
             conn.events = 0
         conn.release()
         self.conns.pop(conn.ident, None)
-        self._refresh()
 
     def _drop(self, conn: Connection, reason: str, detail: str) -> None:
         self._close(conn)
         self._count_drop(reason, f"dropped a connection: {detail}")
 
     def _count_drop(self, reason: str, text: str) -> None:
-        drops = self.stats["dropped_connections"]
-        drops[reason] = n = drops.get(reason, 0) + 1
+        self.drops[reason] = n = self.drops.get(reason, 0) + 1
         if n <= _LOGGED_DROPS or n % 1000 == 0:
             print(f"cosparse ps: {text} ({reason} drop #{n})", file=sys.stderr, flush=True)
