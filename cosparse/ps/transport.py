@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cosparse.ps import zmtp
-from cosparse.ps.zmtp_connection import Connection, Dropped
+from cosparse.ps.zmtp_connection import ADMIT, PAUSE, REFUSE, Connection, Dropped
 
 HANDSHAKE_S = 10.0  # greeting and READY must arrive within this
 MAX_CONNECTIONS = 4096
@@ -98,6 +98,7 @@ class ZmtpTransport:
         self.queued = 0  # reply bytes queued, all connections
         self.backpressured = 0  # times a connection's reply queue went over the cap
         self.replies_to_closed = 0
+        self.refused = 0  # messages over --max-message-bytes (thrown away, answered)
         self.drops: dict[str, int] = {}  # dropped connections by reason
         # serving thread <-> I/O thread: one message in flight at a time (the cap is checked
         # per message), its reply frames and then _DONE back
@@ -160,7 +161,7 @@ class ZmtpTransport:
         """The transport's counters (a copy, for STATS)."""
         return {"connections": len(self.conns), "pending_request_bytes": self.held,
                 "queued_reply_bytes": self.queued, "backpressured": self.backpressured,
-                "replies_to_closed": self.replies_to_closed,
+                "replies_to_closed": self.replies_to_closed, "refused_messages": self.refused,
                 "dropped_connections": dict(self.drops)}
 
     def _wake(self) -> None:
@@ -268,7 +269,8 @@ class ZmtpTransport:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.next_id += 1
-            conn = Connection(sock, b"\0" + self.next_id.to_bytes(8, "big"), time.monotonic())
+            conn = Connection(sock, b"\0" + self.next_id.to_bytes(8, "big"), time.monotonic(),
+                              self.limits.max_message_bytes)
             self.conns[conn.ident] = conn
             self.queued += conn.queue([memoryview(zmtp.greeting() + zmtp.ready())])
             self._flush(conn)
@@ -311,22 +313,25 @@ class ZmtpTransport:
         else:
             self._interest(conn)
 
-    def _admit(self, conn: Connection, size: int) -> bool:
+    def _admit(self, conn: Connection, size: int) -> int:
         lim = self.limits
+        if size > lim.max_message_bytes:  # one frame over it: not even thrown away
+            raise Dropped("message_bytes", f"a frame of {size} bytes, over the limit of "
+                          f"{lim.max_message_bytes} (ps serve --max-message-bytes)")
         if conn.incomplete + size > lim.max_message_bytes:
-            raise Dropped("message_bytes", f"a message of over {conn.incomplete + size} bytes, "
-                          f"over the limit of {lim.max_message_bytes} (ps serve "
-                          "--max-message-bytes)")
+            self.refused += 1  # no longer held: thrown away, then answered with an error
+            self.held -= conn.incomplete
+            return REFUSE
         if conn.held + size > lim.max_message_bytes:
-            return False  # its earlier messages are answered first
+            return PAUSE  # its earlier messages are answered first
         if self.held + size > lim.max_pending_bytes:
             if conn.messages:
-                return False
+                return PAUSE
             raise Dropped("pending_bytes", f"{self.held + size} request bytes held on all "
                           f"connections, over the limit of {lim.max_pending_bytes} (ps serve "
                           "--max-pending-bytes)")
         self.held += size
-        return True
+        return ADMIT
 
     def _flush(self, conn: Connection) -> None:
         try:
@@ -362,7 +367,7 @@ class ZmtpTransport:
                 self._drop(conn, "reply_stalled", f"{conn.queued} reply bytes queued (over ps "
                            f"serve --max-queued-reply-bytes {self.limits.max_queued_reply_bytes}) "
                            f"and none sent for {stall:g} s (ps serve --stall-timeout-s)")
-            elif (conn.incomplete or conn.body is not None) and not conn.paused \
+            elif (conn.incomplete or conn.body is not None or conn.refusing) and not conn.paused \
                     and now - conn.read_at > stall:
                 self._drop(conn, "request_stalled", f"an incomplete message of {conn.incomplete} "
                            f"bytes and no byte for {stall:g} s (ps serve --stall-timeout-s)")

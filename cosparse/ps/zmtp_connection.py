@@ -35,15 +35,20 @@ class Dropped(Exception):
         self.reason = reason
 
 
-# admit(connection, frame bytes): True (held from now on), False (wait: pause this connection)
-Admit = Callable[["Connection", int], bool]
+# admit(connection, frame bytes): ADMIT (held from now on), PAUSE (wait for answers), or REFUSE
+# (the message passes --max-message-bytes: the transport has released what it held)
+ADMIT, PAUSE, REFUSE = 1, 0, -1
+Admit = Callable[["Connection", int], int]
+_HEAD_KEPT = 4096  # a refused message keeps its first frame up to this size (its header)
+_ONE_BYTE = np.zeros(1, dtype=np.uint8)
 
 
 class Connection:
     """A peer's socket, its parse state, its unanswered messages and its send queue."""
 
-    def __init__(self, sock: socket.socket, ident: bytes, now: float) -> None:
+    def __init__(self, sock: socket.socket, ident: bytes, now: float, limit: int) -> None:
         self.sock = sock
+        self._limit = limit  # --max-message-bytes
         self.ident = ident  # unique per connection: the HMAC sessions' key
         self.rbuf = bytearray(RECV_BUFFER)
         self.rview = memoryview(self.rbuf)
@@ -60,6 +65,13 @@ class Connection:
         self.body_got = 0
         self.body_more = False
         self.paused = False  # the next frame waits until messages are answered
+        # a message over the limit: its frames are read and thrown away (at most as many bytes
+        # again as the limit), and it is answered with an error once it ends
+        self.refusing = False
+        self.discard_left = 0  # bytes it may still throw away
+        self.skip = 0  # bytes of the current frame still to throw away
+        self.skip_more = False
+        self.discarded = 0
         self.out: deque[memoryview] = deque()
         self.queued = 0  # bytes in ``out``
         self.progress_at = now  # last time the queue was empty or the kernel took bytes
@@ -75,6 +87,16 @@ class Connection:
     # --- reading --------------------------------------------------------------------------
     def read(self, admit: Admit, now: float) -> bool:
         """One receive and the parsing of what it brought; False when the peer closed."""
+        if self.skip:  # a refused message's frame: read into the (empty) buffer, thrown away
+            n = self.sock.recv_into(self.rview[: min(self.skip, RECV_BUFFER)])
+            if n == 0:
+                return False
+            self.read_at = now
+            self.skip -= n
+            if not self.skip:
+                self._end_frame(self.skip_more)
+                self.parse(admit)
+            return True
         if self.body is not None:
             mv = memoryview(self.body)[self.body_got :]
             n = self.sock.recv_into(mv)
@@ -106,7 +128,7 @@ class Connection:
         """Parse the buffered bytes into frames until a frame is incomplete or must wait."""
         buf, pos, end = self.rbuf, self.rpos, self.wpos
         try:
-            while not self.paused and self.body is None:
+            while not self.paused and self.body is None and not self.skip:
                 if not self.greeted:
                     if end - pos < zmtp.GREETING_BYTES:
                         break
@@ -133,9 +155,26 @@ class Connection:
                     break  # the rest of a small frame: it fits the buffer
                 if len(self.frames) >= MAX_FRAMES:
                     raise Dropped("frames", f"a message of over {MAX_FRAMES} frames")
-                if not admit(self, size):
+                more = bool(flags & zmtp.FLAG_MORE)
+                verdict = ADMIT if self.refusing else admit(self, size)
+                if verdict == PAUSE:
                     self.paused = True
                     break
+                if verdict == REFUSE:
+                    self._refuse()
+                if self.refusing:
+                    if size > self.discard_left:
+                        raise Dropped("message_bytes", "a message far over ps serve "
+                                      f"--max-message-bytes ({self.discarded + size} bytes "
+                                      "thrown away)")
+                    self.discard_left -= size
+                    self.discarded += size
+                    have = min(size, end - start)
+                    pos = start + have
+                    self.skip, self.skip_more = size - have, more
+                    if not self.skip:
+                        self._end_frame(more)
+                    continue
                 self.incomplete += size
                 if size <= SMALL_FRAME:
                     pos = start + size
@@ -151,6 +190,25 @@ class Connection:
                 self.body, self.body_got, self.body_more = body, have, bool(flags & zmtp.FLAG_MORE)
         finally:
             self.rpos = pos
+
+    def _refuse(self) -> None:
+        """Stop holding the message: keep its header frame, throw the rest away."""
+        head = self.frames[0] if self.frames and len(self.frames[0]) <= _HEAD_KEPT else None
+        self.discarded = self.incomplete - (len(head) if head is not None else 0)
+        self.frames = [head] if head is not None else []
+        self.incomplete = 0  # (the header kept is not counted: at most _HEAD_KEPT bytes)
+        self.refusing, self.discard_left = True, self._limit
+
+    def _end_frame(self, more: bool) -> None:
+        """A refused message's frame was thrown away; at its end, the message goes on with a
+        stand-in of the thrown-away bytes (one byte repeated, nothing held) for the reply."""
+        self.frames.append(None)
+        if more:
+            return
+        kept = [f for f in self.frames if f is not None]
+        stand_in = np.broadcast_to(_ONE_BYTE, (self.discarded,))
+        self.frames, self.refusing, self.discarded = kept, False, 0
+        self._frame(memoryview(stand_in), False)
 
     def _frame(self, frame: bytes | memoryview, more: bool) -> None:
         self.frames.append(frame)
