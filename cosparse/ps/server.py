@@ -9,18 +9,12 @@ non-loopback bind needs authentication (an HMAC shared secret, ``--auth-key FILE
 ``--curve-secret FILE``).
 On start it restores the newest snapshot chain in ``--data-dir``; SNAPSHOT requests write there.
 
-Transport: plain and ``--auth-key`` shards speak ZMTP themselves (``transport``: libzmq cannot
-bound the bytes of an incomplete multipart message, and these modes authenticate a message only
-once it has arrived); ``--curve-secret`` shards keep libzmq's ROUTER (``curve_transport``: CURVE
-authenticates a client before any message frame is accepted, so nothing is held for a peer
-before authentication). Both count the reply bytes queued per connection.
-
-Limits: request bytes held per connection (incomplete or unanswered) stay within
-``--max-message-bytes`` and across connections within ``--max-pending-bytes``: a connection that
-would pass either is dropped as soon as a frame header announces it (in CURVE mode, a single
-frame over the limit is cut by ZeroMQ's ``MAXMSGSIZE``, and a whole message over it is refused);
-a connection's queued reply bytes over ``--max-queued-reply-bytes`` stop its requests being read
-(see ``transport``); rows per request, table shapes and the shard's row budget are
+Transport (bounds: see ``transport``): plain and ``--auth-key`` shards speak ZMTP themselves
+(``transport``: libzmq cannot bound an incomplete multipart message, and these modes authenticate
+a message only once it has arrived); ``--curve-secret`` keeps libzmq's ROUTER (CURVE authenticates
+a client before it accepts any frame, so nothing is held before authentication).
+Limits: a message over ``--max-message-bytes`` is refused (past twice that, or a single frame over
+it, its connection is dropped); rows per request, table shapes and the row budget are
 ``ShardLimits``. With an HMAC key, every connection opens a session (HELLO) and each request's
 counter must grow: see ``protocol``.
 """
@@ -50,7 +44,7 @@ from cosparse.ps.reply_buffers import ReplyBuffers
 from cosparse.ps.shard import Shard
 from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.ps.table_config import NAME_RE, table_config_from_dict
-from cosparse.ps.transport import TransportLimits, ZmtpTransport
+from cosparse.ps.transport import TransportLimits, ZmtpTransport, split_bind
 
 # (re-exported for ``cosparse ps serve`` / ``ps keygen``: they lived here before ``keys``)
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServeOptions", "Server", "keygen", "read_key_file",
@@ -84,13 +78,6 @@ class ServeOptions:
     max_queued_reply_bytes: int | None = None  # per connection (default: max_message_bytes)
     stall_timeout_s: float = 60.0  # a connection over a bound that makes no progress is dropped
     shard_threads: int = 1  # numba threads of the PULL/PUSH kernels (each row on one thread)
-
-
-def split_bind(bind: str) -> tuple[str, int]:
-    host, sep, port = bind.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"--bind {bind!r}: expected ADDR:PORT (port 0 picks a free one)")
-    return host, int(port)
 
 
 def tables_from_yaml(path: str | Path) -> list:
@@ -166,8 +153,7 @@ class Server:
 
     def _keep_serving(self) -> bool:
         """False once SIGTERM/SIGINT arrived or the process that started us is gone."""
-        return self.running and not (self.opts.parent_pid
-                                     and os.getppid() != self.opts.parent_pid)
+        return self.running and not (self.opts.parent_pid and os.getppid() != self.opts.parent_pid)
 
     def _note_depth(self, depth: int) -> None:
         """Messages ready in one drain of the transport: the queue depth."""

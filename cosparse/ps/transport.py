@@ -27,6 +27,7 @@ Every drop is counted in STATS (``transport.dropped_connections`` by reason) and
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import selectors
 import socket
@@ -47,6 +48,14 @@ _LOGGED_DROPS = 20  # drops logged per reason (then every 1000th)
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 _WAKER = object()  # selector data of the wake-up socket
 _DONE = object()  # outbox: the message in flight is answered
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    """``ADDR:PORT`` of ``--bind`` as (host, port)."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--bind {bind!r}: expected ADDR:PORT (port 0 picks a free one)")
+    return host, int(port)
 
 
 @dataclass
@@ -165,10 +174,8 @@ class ZmtpTransport:
                 "dropped_connections": dict(self.drops)}
 
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError, InterruptedError):  # full of wake-ups already
             self.waker.send(b"w")
-        except (BlockingIOError, InterruptedError):
-            pass  # already full of wake-ups
 
     # --- the I/O thread ---------------------------------------------------------------------
     def _io_loop(self) -> None:
@@ -237,11 +244,9 @@ class ZmtpTransport:
             return
 
     def _drain_wakes(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
             while self.wakee.recv(4096):
                 pass
-        except (BlockingIOError, InterruptedError):
-            pass
 
     def close(self) -> None:
         for conn in list(self.conns.values()):
