@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 import zmq
-from ps_raw import RawZmtpPeer
+from ps_raw import RawPeer, RawZmtpPeer
 
 from cosparse.config import OptimizerConfig, TableConfig
 from cosparse.ps import EmbeddedShards
@@ -193,3 +193,12 @@ def test_a_slow_reader_gets_a_bounded_reply_queue(shard):
     assert gone["queued_reply_bytes"] == 0, gone
     assert _drops(dropped, "reply_stalled") == _drops(before, "reply_stalled") + 1, dropped
     assert dropped["queued_reply_bytes"] == 0, dropped
+
+
+def test_a_reply_with_empty_arrays_goes_out(shard):
+    """(The transport sends each array frame as raw bytes: a (0, dim) array is an empty frame.)"""
+    sh, client = shard
+    with RawPeer(sh.endpoints[0], key=client.key, timeout_s=10) as raw:
+        rep = raw.request(P.Message(P.OP_PULL, text="sgd", arrays=[np.zeros(0, np.int64)]))
+    assert rep is not None and rep.error == P.E_OK, rep
+    assert rep.arrays[0].shape == (0, 8) and rep.arrays[1].shape == (0,)

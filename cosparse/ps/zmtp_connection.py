@@ -65,8 +65,8 @@ class Connection:
         self.body_got = 0
         self.body_more = False
         self.paused = False  # the next frame waits until messages are answered
-        # a message over the limit: its frames are read and thrown away (at most as many bytes
-        # again as the limit), and it is answered with an error once it ends
+        # a message over the limit: its frames are read and thrown away (up to twice the limit
+        # in all), and it is answered with an error once it ends
         self.refusing = False
         self.discard_left = 0  # bytes it may still throw away
         self.skip = 0  # bytes of the current frame still to throw away
@@ -197,7 +197,8 @@ class Connection:
         self.discarded = self.incomplete - (len(head) if head is not None else 0)
         self.frames = [head] if head is not None else []
         self.incomplete = 0  # (the header kept is not counted: at most _HEAD_KEPT bytes)
-        self.refusing, self.discard_left = True, self._limit
+        # the whole message may reach twice the limit before the connection is dropped
+        self.refusing, self.discard_left = True, 2 * self._limit - self.discarded
 
     def _end_frame(self, more: bool) -> None:
         """A refused message's frame was thrown away; at its end, the message goes on with a
