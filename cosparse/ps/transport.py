@@ -157,10 +157,8 @@ class ZmtpTransport:
         bufs, last = [], len(frames) - 1
         for i, f in enumerate(frames):
             mv = memoryview(f)
-            if mv.nbytes == 0:  # (an empty array: cast() refuses zeros in its shape)
-                mv = memoryview(b"")
-            elif mv.ndim != 1 or mv.format != "B":
-                mv = mv.cast("B")
+            if mv.ndim != 1 or mv.format != "B":  # (cast() refuses an empty 2-D array)
+                mv = mv.cast("B") if mv.nbytes else memoryview(b"")
             head = zmtp.frame_header(mv.nbytes, more=i < last)
             if mv.nbytes <= 1024:  # a small frame goes out with its header in one piece
                 bufs.append(memoryview(head + bytes(mv)))
