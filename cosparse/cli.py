@@ -259,6 +259,9 @@ def _ps_serve(args: argparse.Namespace) -> int:
     )
     if args.max_message_bytes is not None:
         opts.max_message_bytes = args.max_message_bytes
+    opts.max_pending_bytes = args.max_pending_bytes
+    opts.max_queued_reply_bytes = args.max_queued_reply_bytes
+    opts.stall_timeout_s = args.stall_timeout_s
     return serve(opts)
 
 
@@ -315,8 +318,20 @@ def _add_ps(sub: argparse._SubParsersAction) -> None:
                    help="widest table a client may REGISTER (default 4096)")
     s.add_argument("--max-tables", type=int, default=None, help="tables on this shard (default 256)")
     s.add_argument("--max-message-bytes", type=int, default=None,
-                   help="largest request and PULL reply, in bytes (default 256 MiB); a single "
-                        "larger frame drops its connection")
+                   help="largest request and PULL reply, in bytes (default 256 MiB); request "
+                        "bytes held for one connection never pass it: a connection whose "
+                        "message would is dropped")
+    s.add_argument("--max-pending-bytes", type=int, default=None,
+                   help="request bytes held for all connections together (incomplete or "
+                        "unanswered messages; default 4x --max-message-bytes); a connection "
+                        "whose next frame would pass it is dropped")
+    s.add_argument("--max-queued-reply-bytes", type=int, default=None,
+                   help="reply bytes queued for one connection (default --max-message-bytes); "
+                        "past it, that connection's requests wait until its client reads")
+    s.add_argument("--stall-timeout-s", type=float, default=60.0,
+                   help="drop a connection whose reply queue stays over "
+                        "--max-queued-reply-bytes, or whose incomplete message gets no byte, "
+                        "for this long (default 60)")
     s.add_argument("--shard-threads", type=int, default=1,
                    help="threads of each PULL/PUSH (default 1); each row is still updated by one "
                         "thread, in request order, so results do not depend on it (at most "

@@ -76,3 +76,30 @@ class RawPeer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RawZmtpPeer:
+    """A peer that speaks ZMTP 3.1 (NULL) over a plain TCP socket, written out here byte by
+    byte: unlike a libzmq socket, which sends nothing of a message before its last frame, it
+    can send frames with MORE and never end the message."""
+
+    def __init__(self, endpoint: str, timeout_s: float = 5.0) -> None:
+        import socket
+
+        host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        greeting = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x01" + b"NULL".ljust(20, b"\0") + b"\0" * 32
+        ready = b"\x05READY" + b"\x0bSocket-Type" + (6).to_bytes(4, "big") + b"DEALER"
+        self.sock.sendall(greeting + bytes((0x04, len(ready))) + ready)
+
+    def send_frame(self, payload: bytes, more: bool = True) -> bool:
+        """One message frame (long form); False once the shard has closed the connection."""
+        try:
+            self.sock.sendall(bytes((0x02 | (0x01 if more else 0),))
+                              + len(payload).to_bytes(8, "big") + payload)
+            return True
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()

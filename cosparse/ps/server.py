@@ -1,4 +1,4 @@
-"""The parameter-server shard process: a ZeroMQ ROUTER socket in front of a ``Shard``.
+"""The parameter-server shard process: a ROUTER-side ZeroMQ (ZMTP) endpoint in front of a ``Shard``.
 
 ``cosparse ps serve --shard I --num-shards N --bind ADDR:PORT --data-dir DIR`` runs ``serve``.
 Requests are handled one at a time, in arrival order; the messages already waiting when a batch
@@ -9,12 +9,16 @@ non-loopback bind needs authentication (an HMAC shared secret, ``--auth-key FILE
 ``--curve-secret FILE``, or per-namespace HMAC keys, ``--namespaces FILE``: see ``tenancy``).
 On start it restores the newest snapshot chain in ``--data-dir``; SNAPSHOT requests write there.
 
-Limits: a message over ``--max-message-bytes`` is refused (a single frame over it is cut by
-ZeroMQ's ``MAXMSGSIZE``, which drops that connection: it cannot be answered without reading it);
-rows per request, table shapes and the shard's row budget are ``ShardLimits``. With an HMAC key
-(or namespaces), every connection opens a session (HELLO) and each request's counter must grow:
-see ``protocol`` and ``sessions``. Every error reply of a request whose session is known is MACed
-under it. Without ``--namespaces`` the shard is one trust domain.
+Transport (bounds: see ``transport``): plain and ``--auth-key`` shards speak ZMTP themselves
+(``transport``: libzmq cannot bound an incomplete multipart message, and these modes authenticate
+a message only once it has arrived); ``--curve-secret`` keeps libzmq's ROUTER (CURVE authenticates
+a client before it accepts any frame, so nothing is held before authentication).
+Limits: a message over ``--max-message-bytes`` is refused (past twice that, or a single frame over
+it, its connection is dropped); rows per request, table shapes and the shard's row and byte
+budgets are ``ShardLimits``. With an HMAC key (or namespaces), every connection opens a session
+(HELLO) and each request's counter must grow: see ``protocol`` and ``sessions``. Every error reply
+of a request whose session is known is MACed under it. Without ``--namespaces`` the shard is one
+trust domain.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import zmq
+import zmq  # (its errors: the CURVE transport's)
 
 from cosparse.config import ConfigError
 from cosparse.ps import protocol as P
@@ -43,6 +47,7 @@ from cosparse.ps.shard import Shard
 from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.ps.table_config import NAME_RE, tables_from_yaml
 from cosparse.ps.tenancy import Tenancy
+from cosparse.ps.transport import TransportLimits, ZmtpTransport, split_bind
 
 # (re-exported for ``cosparse ps serve`` / ``ps keygen``: they lived here before ``keys``)
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServeOptions", "Server", "keygen", "read_key_file",
@@ -73,14 +78,12 @@ class ServeOptions:
     announce: str | None = None  # TCPStore HOST:PORT where this shard publishes its endpoint
     limits: ShardLimits = field(default_factory=ShardLimits)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one request, all frames together
+    max_pending_bytes: int | None = None  # request bytes held, all connections (4x the above)
+    max_queued_reply_bytes: int | None = None  # per connection (default: max_message_bytes)
+    stall_timeout_s: float = 60.0  # a connection over a bound that makes no progress is dropped
     shard_threads: int = 1  # numba threads of the PULL/PUSH kernels (each row on one thread)
 
 
-def split_bind(bind: str) -> tuple[str, int]:
-    host, sep, port = bind.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"--bind {bind!r}: expected ADDR:PORT (port 0 picks a free one)")
-    return host, int(port)
 
 
 class Server:
@@ -119,41 +122,23 @@ class Server:
         if self.tenancy is not None:  # quotas are the operator's, from the file only
             for t in self.tenancy.tenants.values():
                 self.shard.book.set_quota(t.name, t.quota, self.tenancy.quota_key(t.name))
-        self.ctx = zmq.Context()
-        self.auth = None
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message_bytes)  # per frame: drops the peer
         self.sessions = Sessions(opts.auth_key, self.tenancy)  # per connection (routing identity)
+        limits = TransportLimits.derive(opts.max_message_bytes, opts.max_pending_bytes,
+                                        opts.max_queued_reply_bytes, opts.stall_timeout_s)
         if opts.curve_secret:
-            self._setup_curve(opts.curve_secret)
-        addr = f"tcp://{host}:{'*' if port == 0 else port}"
-        self.sock.bind(addr)
-        self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+            from cosparse.ps.curve_transport import CurveTransport
+
+            self.transport: ZmtpTransport | CurveTransport = CurveTransport(
+                host, port, limits, opts.curve_secret)
+        else:
+            self.transport = ZmtpTransport(host, port, limits)
+        self.endpoint = self.transport.endpoint
         self.running = True
         self.reply_buffers = ReplyBuffers()
         self.stats = {"requests": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0,
                       "queue_depth": 0, "max_queue_depth": 0, "busy_s": 0.0,
-                      "cpu_s_by_op": {}}  # op name -> this thread's CPU seconds answering it
-
-    def _setup_curve(self, secret_file: str) -> None:
-        from zmq.auth import load_certificate
-        from zmq.auth.thread import ThreadAuthenticator
-
-        if not zmq.has("curve"):
-            raise RuntimeError("this libzmq has no CURVE support; use --auth-key")
-        public, secret = load_certificate(secret_file)
-        if secret is None:
-            raise ValueError(f"{secret_file}: not a CURVE secret key file")
-        self.auth = ThreadAuthenticator(self.ctx)
-        self.auth.start()
-        clients = Path(secret_file).parent / "clients"
-        # only client public keys in <keydir>/clients may connect
-        self.auth.configure_curve(domain="*", location=str(clients))
-        self.sock.curve_secretkey = secret
-        self.sock.curve_publickey = public
-        self.sock.curve_server = True
+                      "cpu_s_by_op": {},  # op name -> this thread's CPU seconds answering it
+                      "transport": self.transport.snapshot()}  # connections, drops, bytes held
 
     # --- loop -------------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -167,32 +152,21 @@ class Server:
             os.replace(tmp, self.opts.ready_file)
         gc.collect()
         gc.freeze()  # what start-up built stays out of every later collection
-        # a blocking receive (no poll per message); the timeout is the parent-pid check's period
-        self.sock.setsockopt(zmq.RCVTIMEO, 200)
-        while self.running:
-            try:
-                first = self.sock.recv_multipart(copy=False)
-            except zmq.Again:
-                if self.opts.parent_pid and os.getppid() != self.opts.parent_pid:
-                    break  # the process that started us is gone
-                continue
-            batch = [first]  # and the messages already waiting behind it: the queue depth
-            while len(batch) < 1024 and self.sock.get(zmq.EVENTS) & zmq.POLLIN:
-                batch.append(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
-            self.stats["queue_depth"] = len(batch)
-            if len(batch) > self.stats["max_queue_depth"]:
-                self.stats["max_queue_depth"] = len(batch)
-            for frames in batch:
-                self._handle(frames)
-                if not self.running:
-                    break
+        self.transport.serve(self._handle, self._keep_serving, self._note_depth, self.stats)
         self.close()
 
+    def _keep_serving(self) -> bool:
+        """False once SIGTERM/SIGINT arrived or the process that started us is gone."""
+        return self.running and not (self.opts.parent_pid and os.getppid() != self.opts.parent_pid)
+
+    def _note_depth(self, depth: int) -> None:
+        """Messages ready in one drain of the transport: the queue depth."""
+        self.stats["queue_depth"] = depth
+        if depth > self.stats["max_queue_depth"]:
+            self.stats["max_queue_depth"] = depth
+
     def close(self) -> None:
-        self.sock.close(0)
-        if self.auth is not None:
-            self.auth.stop()
-        self.ctx.term()
+        self.transport.close()
 
     def _handle(self, frames: list) -> None:
         """Answer one message; whatever it holds, this never raises (the shard keeps serving)."""
@@ -217,7 +191,7 @@ class Server:
         if len(frames) < 2:  # no identity + payload: nothing we can answer
             self.stats["errors"] += 1
             return P.OP_NONE
-        ident, body = frames[0].bytes, frames[1:]
+        ident, body = bytes(frames[0]), frames[1:]
         head = P.peek_header(body)
         op, rid = (head[0], head[2]) if head is not None else (P.OP_NONE, 0)
         if op not in P.OP_NAMES:
@@ -261,7 +235,7 @@ class Server:
         key = reply_key if reply_session is not None else None
         out = P.encode(reply, key, reply_session or b"")
         self.stats["bytes_out"] += P.frames_nbytes(out)
-        self.sock.send_multipart([ident, *out], copy=False)
+        self.transport.send(ident, out)
         return op
 
     def _hello(self, req: P.Message, ident: bytes, key: bytes | None, namespace: str | None
