@@ -283,9 +283,17 @@ class ZmtpTransport:
             self._flush(conn)
 
     def _read(self, conn: Connection) -> None:
+        self._take_in(conn, lambda: conn.read(self._admit, time.monotonic()))
+
+    def _parse(self, conn: Connection) -> None:
+        self._take_in(conn, lambda: conn.parse(self._admit) or True)
+
+    def _take_in(self, conn: Connection, step: Callable[[], bool]) -> None:
+        """Run ``step`` (read or parse; False: the peer closed), dropping the connection on a
+        bound or protocol violation; then its PONGs out and its selector interest updated."""
         q0 = conn.queued
         try:
-            alive = conn.read(self._admit, time.monotonic())
+            alive = step()
         except Dropped as e:
             self._drop(conn, e.reason, str(e))
             return
@@ -296,19 +304,6 @@ class ZmtpTransport:
             alive = False
         if not alive:
             self._close(conn)
-            return
-        self.queued += conn.queued - q0  # PONGs
-        self._settle(conn)
-
-    def _parse(self, conn: Connection) -> None:
-        q0 = conn.queued
-        try:
-            conn.parse(self._admit)
-        except Dropped as e:
-            self._drop(conn, e.reason, str(e))
-            return
-        except zmtp.ZmtpError as e:
-            self._drop(conn, "protocol", str(e))
             return
         self.queued += conn.queued - q0  # PONGs
         self._settle(conn)
