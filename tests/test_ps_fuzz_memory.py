@@ -1,8 +1,10 @@
-"""Memory bounds of a real `cosparse ps serve` shard against hostile peers (issue 31, items 3 and 5).
+"""The PS fuzz suite's memory bounds: a real `cosparse ps serve` shard against hostile peers
+(issue 31, items 3 and 5; the hostile messages are ``test_ps_fuzz.py``'s, the shard's state
+``test_ps_fuzz_state.py``'s).
 
-* A peer that sends large frames with ZeroMQ's MORE flag and never ends its message is dropped
-  once its message passes ``--max-message-bytes`` (as soon as the frame header announcing it
-  arrives), and the shard's resident memory does not grow with what it sent.
+* A peer that sends large frames with ZeroMQ's MORE flag and never ends its message holds at most
+  ``--max-message-bytes``: past it the rest is read and thrown away, and past twice it the
+  connection is dropped; the shard's resident memory does not grow with what it sent.
 * Several such peers together are held to ``--max-pending-bytes``.
 * A slow reader that sends many PULLs with large replies and reads none gets at most
   ``--max-queued-reply-bytes`` (plus one reply) queued; its requests wait (counted as
