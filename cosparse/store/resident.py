@@ -297,7 +297,7 @@ def budget_shares(tables: list[TableConfig], budget: int) -> dict[str, int]:
             f"store.device.budget_bytes: {budget} bytes cannot hold the declared tables "
             f"({total} bytes: " + ", ".join(f"{k}={v}" for k, v in need.items()) + ")"
         )
-    spare = (budget - total) // len(tables)
+    spare = (budget - total) // max(len(tables), 1)  # a rank may hold no table
     return {name: n + spare for name, n in need.items()}
 
 

@@ -30,7 +30,7 @@ class LocalPath:
         self.plans = plans
 
     def placements(self) -> dict[str, TablePlacement]:
-        if self.plans:
+        if self.plans is not None:  # a rank holding no table has an empty plan: no tables
             return tiered_tables(self.cfg.tables, self.ctx.device, self.plans)
         return dict(resident_tables(self.cfg.tables, self.ctx.device,
                                     self.cfg.store.device.budget_bytes))
