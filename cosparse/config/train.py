@@ -92,8 +92,11 @@ class CpuConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 1000
-    epochs: int = 1  # passes over a finite reader; `steps` caps the total
+    # the run's limits (`run_limits`): `epochs` alone trains that many passes over a finite
+    # reader; `steps` alone, or neither (DEFAULT_STEPS), at most one pass; both: the first
+    # reached ends the run, and the log says which
+    steps: int | None = None
+    epochs: int | None = None
     seed: int = 0
     threads: int | None = None  # the same as cpu.threads (set one of them)
     cpu: CpuConfig = field(default_factory=CpuConfig)
@@ -129,9 +132,22 @@ class TrainConfig:
     isolate_models: bool = False
 
 
+DEFAULT_STEPS = 1000  # train.steps when neither train.steps nor train.epochs is given
+
+
+def run_limits(train: TrainConfig) -> tuple[int | None, int]:
+    """The step limit (None: none, when only ``epochs`` is given) and the epoch limit that
+    ``train.steps`` and ``train.epochs`` set."""
+    if train.steps is None and train.epochs is None:
+        return DEFAULT_STEPS, 1
+    return train.steps, train.epochs if train.epochs is not None else 1
+
+
 def validate_train(cfg: Config) -> None:
     """Periodic checkpoints have a directory; keep_best has early stopping and a checkpoint
     directory; the live agent's knobs are live knobs."""
+    if cfg.train.steps is None and cfg.train.epochs is None:
+        cfg.train.steps = DEFAULT_STEPS  # (today's default, for whoever reads train.steps)
     ck = cfg.train.checkpoint
     if ck.every and not ck.dir:
         raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every is set")

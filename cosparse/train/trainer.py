@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from cosparse import omp_wait, waits
 from cosparse.config import Config, ConfigError
+from cosparse.config.train import run_limits
 from cosparse.data import BatchStream
 from cosparse.data.pool import WorkerExited
 from cosparse.data.reader import NOT_YET
@@ -468,14 +469,16 @@ class Trainer:
         return value
 
     def run(self, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
-        """Train up to ``steps`` in all (default ``train.steps``), or until early stopping
+        """Train up to ``steps`` in all (default: ``train.steps`` and ``train.epochs``, the first
+        reached, through ``run_limits``), or until early stopping
         stops it; evaluate at the end unless ``evaluate`` is False (a part of a run, such as a
         warm-up: then early stopping keeps no best either). Returns the run summary
         (``cosparse.train.summary``: this call's whole-run figures, the last interval's under
         ``last_interval``), the evaluation, and early stopping's figures."""
         if not self.resumed:  # a fresh run on an earlier run's PS snapshots would train on them
             self.path.refuse_stale()
-        total = steps if steps is not None else self.cfg.train.steps
+        step_limit, epochs = run_limits(self.cfg.train)
+        total = steps if steps is not None else step_limit  # None: epochs alone limit the run
         cfg = self.cfg
         stats = IntervalStats()
         summary = RunSummary(max(0, cfg.train.timing_warmup_steps - self._trained_here))
@@ -492,7 +495,7 @@ class Trainer:
         )
         last: dict[str, Any] = {}
         try:
-            while (self.state.step < total and self.state.epoch < cfg.train.epochs
+            while ((total is None or self.state.step < total) and self.state.epoch < epochs
                    and not self._stop_early and not self._stream_ended):
                 stream = self._open_stream()
                 self.stream = stream
@@ -500,7 +503,8 @@ class Trainer:
                 # never plan past the last step: planning pulls rows (a PS creates the rows it is
                 # asked for), so batches planned but never trained would leave extra rows behind,
                 # as many as the prefetch thread happened to reach
-                steps_left = itertools.islice(self._mine(stream), total - self.state.step)
+                steps_left = itertools.islice(
+                    self._mine(stream), None if total is None else total - self.state.step)
                 staged = self.ec.staged(steps_left, cfg.supply.horizon)
                 self.ec.planner.watch(self.progress, cfg.train.stall_timeout_s)
                 prefetch = Prefetcher(staged, lambda prepared: prepared, cfg.supply.lookahead,
@@ -513,7 +517,8 @@ class Trainer:
                     for prepared in prefetch:
                         last = self._one_step(prepared, prefetch, stats, summary, bar,
                                               total) or last
-                        if self.state.step >= total or self._stop_early:
+                        if (total is not None and self.state.step >= total) \
+                                or self._stop_early:
                             keep = not self._stop_early
                             break
                         failure = self.path.health()
@@ -546,6 +551,8 @@ class Trainer:
                     self._reconfigure(self._pending)
         finally:
             bar.close()
+        if steps is None and cfg.train.steps is not None and cfg.train.epochs is not None:
+            self._log_limit_reached(cfg.train.steps, cfg.train.epochs)
         if stats.steps:
             last = self._log_interval(stats, None)
         final = {**summary.figures(),
@@ -615,8 +622,18 @@ class Trainer:
         return local_parts(batches, self.ranks.world.rank, self.ranks.world.size,
                            self.ranks.balance)
 
+    def _log_limit_reached(self, steps: int, epochs: int) -> None:
+        """Given both ``train.steps`` and ``train.epochs``: which one ended the run."""
+        st = self.state
+        if st.step >= steps:
+            self.log(f"train.steps ({steps}) reached at epoch {st.epoch + (st.batch_in_epoch > 0)}"
+                     f" of train.epochs ({epochs}): the run ends at step {st.step}")
+        elif st.epoch >= epochs:
+            self.log(f"train.epochs ({epochs}) reached at step {st.step}, before train.steps "
+                     f"({steps}): the run ends")
+
     def _one_step(self, prepared: PreparedBatch, prefetch: Prefetcher, stats: IntervalStats,
-                  summary: RunSummary, bar: tqdm, total: int) -> dict[str, Any] | None:
+                  summary: RunSummary, bar: tqdm, total: int | None) -> dict[str, Any] | None:
         """Train one prepared batch, then log, checkpoint and evaluate when due (and stop
         early when early stopping says so)."""
         cfg = self.cfg
