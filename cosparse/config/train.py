@@ -146,8 +146,6 @@ def run_limits(train: TrainConfig) -> tuple[int | None, int]:
 def validate_train(cfg: Config) -> None:
     """Periodic checkpoints have a directory; keep_best has early stopping and a checkpoint
     directory; the live agent's knobs are live knobs."""
-    if cfg.train.steps is None and cfg.train.epochs is None:
-        cfg.train.steps = DEFAULT_STEPS  # (today's default, for whoever reads train.steps)
     ck = cfg.train.checkpoint
     if ck.every and not ck.dir:
         raise ConfigError("train.checkpoint.dir: needed when train.checkpoint.every is set")

@@ -13,7 +13,7 @@ from cosparse.config.root import Config
 from cosparse.config.store import validate_remote, validate_store
 from cosparse.config.supply import validate_supply
 from cosparse.config.tables import validate_tables
-from cosparse.config.train import validate_train
+from cosparse.config.train import DEFAULT_STEPS, validate_train
 
 # the rules of one model's run, in the order they are checked (validate_supply relies on the
 # tiers validate_store has read, validate_remote on the path validate_supply has accepted)
@@ -27,6 +27,8 @@ def validate(cfg: Config) -> Config:
     if violation is not None:
         raise ConfigError(violation)
     validate_data(cfg)
+    if cfg.train.steps is None and cfg.train.epochs is None:  # (for whoever reads train.steps;
+        cfg.train.steps = DEFAULT_STEPS                       # a multi-model run's too)
     if not cfg.models:
         if cfg.train.isolate_models:
             raise ConfigError("train.isolate_models: isolates the models of a multi-model run "
