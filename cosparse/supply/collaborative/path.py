@@ -61,7 +61,7 @@ class CollaborativePath(PSPath):
                                on_queued=remote.write_pending if live else None)  # type: ignore[union-attr]
         if live:
             self._tables, self._remote = tables, remote  # type: ignore[assignment]
-            if self.workers_rows:
+            if self.workers_rows and tables:  # (a rank that holds no table needs no rows)
                 self._start_supply(tables, remote)  # type: ignore[arg-type]
         return tables
 

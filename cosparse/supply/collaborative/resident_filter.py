@@ -41,7 +41,7 @@ class FilterLayout:
                              "mix gives the word and the bits)")
         names = tuple(capacity_rows)
         words = tuple(max(8, (capacity_rows[n] * bits_per_row + 63) // 64) for n in names)
-        if max(words) >= 1 << 32:
+        if max(words, default=0) >= 1 << 32:
             raise ValueError(f"resident filter: {max(words)} words for one table, over 2**32")
         return cls(path, names, words, k)
 
