@@ -193,3 +193,15 @@ def test_checkpoint_os_error_names_the_cause_and_advises_by_errno():
     loop = OSError(errno.ELOOP, "Too many levels of symbolic links", "/ck/step_1")
     assert checkpoint_os_error(loop) == "ELOOP: Too many levels of symbolic links (/ck/step_1)"
     assert "disk space" not in checkpoint_os_advice(loop)
+
+
+def test_report_now_prints_the_line_before_the_cleanup_and_only_once(capsys):
+    """``report_now`` prints the failure's line at once (the CLI calls it before stopping the
+    shards, issue 32 item 11); the final ``report`` then gives the exit code without a second
+    line."""
+    e = PSUnavailable(0, "tcp://127.0.0.1:9", "silent for 3.0 s")
+    exits.report_now(e)
+    first = capsys.readouterr().err
+    assert first.startswith("cosparse: PS unavailable:") and first.count("\n") == 1
+    assert exits.report(e) == 4
+    assert capsys.readouterr().err == ""
