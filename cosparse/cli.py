@@ -17,6 +17,7 @@ from cosparse.ps.command import add_ps_parser
 
 
 def _train(args: argparse.Namespace) -> int:
+    from cosparse.exits import report_now
     from cosparse.train.trainer import Trainer
 
     overrides = {}
@@ -66,6 +67,9 @@ def _train(args: argparse.Namespace) -> int:
         if args.resume:
             trainer.resume(args.resume)
         final = trainer.run()
+    except BaseException as e:
+        report_now(e)  # the failure's line first, then the cleanup (issue 32, item 11)
+        raise
     finally:
         trainer.close()
     from cosparse.strict_json import dumps_metrics

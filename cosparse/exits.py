@@ -108,9 +108,25 @@ def _classify(e: BaseException) -> Failure:
                    "rerun with --debug for the traceback, and report it")
 
 
+_REPORTED = "_cosparse_reported"  # set on an exception whose line ``report_now`` printed
+_debug = False  # run_reported's --debug, for report_now
+
+
+def report_now(e: BaseException) -> None:
+    """Print ``e``'s line now, before the cleanup that unwinds it (stopping shards and workers
+    can take seconds); ``report`` then returns its exit code without printing it again."""
+    report(e, _debug)
+    try:
+        setattr(e, _REPORTED, True)
+    except AttributeError:  # an exception type without attributes: reported again at the end
+        pass
+
+
 def report(e: BaseException, debug: bool = False) -> int:
     """Print ``e`` as one line (plus the traceback with ``debug``); return its exit code."""
     f = _classify(e)
+    if getattr(e, _REPORTED, False):
+        return f.code
     if debug:
         traceback.print_exception(e, file=sys.stderr)
     text = str(e).strip() or type(e).__name__
@@ -132,6 +148,8 @@ def run_reported(body: Callable[[], int], debug: bool = False) -> int:
         deadline.start()
         raise Terminated("SIGTERM")
 
+    global _debug
+    _debug = debug
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         return body()

@@ -157,3 +157,51 @@ def test_disk_full_while_checkpointing_exits_7_and_commits_nothing(tmp_path):
     assert p.stderr.startswith("cosparse: checkpoint error: writing the checkpoint of step 5")
     assert "Traceback" not in p.stderr
     assert os.listdir(tmp_path / "ck") == []
+
+
+def test_checkpoint_onto_a_symlink_names_the_link_and_leaves_no_temp_dir(tmp_path):
+    """A step directory that is a symbolic link (issue 32, item 13): exit 7, one line naming the
+    link as the cause (not "free disk space"), the link's target untouched, and no
+    ``.tmp-step_*`` left behind."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "step_00000005").symlink_to(target)
+    cfg = _config(tmp_path, data={"workers": 0, "synthetic": {
+        "num_features": 4, "num_dense": 3, "vocab_size": 5000, "num_batches": 10,
+        "eval_batches": 1}}, train={"steps": 10, "log_every": 5,
+                                    "checkpoint": {"dir": str(ck), "every": 5}})
+    p = subprocess.run([*CLI, "train", "--config", cfg], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    assert p.returncode == 7, p.stderr
+    assert p.stderr.startswith("cosparse: checkpoint error:"), p.stderr
+    assert "step_00000005 is a symbolic link" in p.stderr and "disk space" not in p.stderr
+    assert "Traceback" not in p.stderr
+    assert sorted(os.listdir(ck)) == ["step_00000005"]  # no .tmp-step_* left
+    assert os.listdir(target) == ["keep.txt"]
+
+
+def test_checkpoint_os_error_names_the_cause_and_advises_by_errno():
+    """Only a full disk or quota advises freeing space; another OSError names its code and path
+    (issue 32, item 13)."""
+    from cosparse.train.checkpoint import checkpoint_os_advice, checkpoint_os_error
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/ck/x")
+    assert checkpoint_os_advice(full) == "free disk space"
+    loop = OSError(errno.ELOOP, "Too many levels of symbolic links", "/ck/step_1")
+    assert checkpoint_os_error(loop) == "ELOOP: Too many levels of symbolic links (/ck/step_1)"
+    assert "disk space" not in checkpoint_os_advice(loop)
+
+
+def test_report_now_prints_the_line_before_the_cleanup_and_only_once(capsys):
+    """``report_now`` prints the failure's line at once (the CLI calls it before stopping the
+    shards, issue 32 item 11); the final ``report`` then gives the exit code without a second
+    line."""
+    e = PSUnavailable(0, "tcp://127.0.0.1:9", "silent for 3.0 s")
+    exits.report_now(e)
+    first = capsys.readouterr().err
+    assert first.startswith("cosparse: PS unavailable:") and first.count("\n") == 1
+    assert exits.report(e) == 4
+    assert capsys.readouterr().err == ""

@@ -37,6 +37,15 @@ def _close_all() -> None:
 atexit.register(_close_all)
 
 
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T: SIGSTOP, or t: stopped by a tracer)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
+
+
 # Why shards outlived a dead trainer (issue 11, defect 5), found by experiment on Linux 2-core:
 # - PR_SET_PDEATHSIG was SIGTERM. It fires when the *thread* that forked the child exits, not the
 #   process: shards started from a thread that ends are signalled while the trainer lives
@@ -182,12 +191,13 @@ class EmbeddedShards:
                 raise PSUnavailable(i, ep, f"embedded shard process {p.pid} exited with code {rc}")
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop every shard (SIGTERM, then SIGKILL after ``timeout_s``) and reap it."""
+        """Stop every shard (SIGTERM, then SIGKILL after ``timeout_s``) and reap it. A stopped
+        shard (SIGSTOP) cannot act on SIGTERM: it gets SIGKILL at once."""
         self._closed = True
         for p in self.procs:
             if p.poll() is None:
                 try:
-                    p.terminate()
+                    p.kill() if _stopped(p.pid) else p.terminate()
                 except ProcessLookupError:
                     pass
         deadline = time.monotonic() + timeout_s

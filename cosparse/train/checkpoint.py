@@ -9,6 +9,7 @@ next run sweeps it once its owner is gone (``sweep_checkpoints``).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -37,6 +38,23 @@ def checkpoint_roots(root: str | Path) -> list[Path]:
 
 class CheckpointError(RuntimeError):
     pass
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def checkpoint_os_error(e: OSError) -> str:
+    """What failed in a checkpoint's write: the error's code, its text and the path."""
+    code = errno.errorcode.get(e.errno, "") if e.errno is not None else ""
+    text = f"{code}: {e.strerror}" if code and e.strerror else (e.strerror or str(e))
+    return f"{text} ({e.filename})" if e.filename is not None else text
+
+
+def checkpoint_os_advice(e: OSError) -> str:
+    """What to do about it: free space only when the disk or a quota is full."""
+    if e.errno in _DISK_FULL:
+        return "free disk space"
+    return "fix the path or its permissions, or set train.checkpoint.dir to another directory"
 
 
 @dataclass
@@ -87,10 +105,10 @@ def save_checkpoint(
                          "batch_in_epoch": state.batch_in_epoch, "stream": state.stream,
                          "tables": sorted(tables),
                          "config": config})
-    except BaseException:
+        commit_checkpoint(root, tmp, final, keep)
+    except BaseException:  # nothing of this save is left behind (once committed, tmp is gone)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    commit_checkpoint(root, tmp, final, keep)
     return final
 
 
@@ -107,6 +125,11 @@ def write_meta(tmp: Path, meta: dict[str, Any]) -> None:
 def commit_checkpoint(root: Path, tmp: Path, final: Path, keep: int) -> None:
     """Rename the written ``tmp`` into ``final``, point LATEST at it, and keep the newest
     ``keep`` checkpoints."""
+    if final.is_symlink():  # rmtree refuses links, and a rename onto one fails: say so
+        raise CheckpointError(
+            f"cannot write the checkpoint: {final} is a symbolic link (to {os.readlink(final)}), "
+            "and a checkpoint is committed only as a real directory; nothing of it was committed "
+            "(remove the link, or set train.checkpoint.dir to another directory)")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -50,6 +50,8 @@ from cosparse.train.checkpoint import (
     BEST_STATE,
     CheckpointError,
     TrainState,
+    checkpoint_os_advice,
+    checkpoint_os_error,
     load_checkpoint,
     ps_metas,
     read_meta,
@@ -294,8 +296,8 @@ class Trainer:
         except OSError as e:  # disk full, quota, I/O error: nothing of this save is committed
             raise CheckpointError(
                 f"writing the checkpoint of step {step} under {into} failed: "
-                f"{e.strerror or e}; nothing of it was committed and the previous checkpoint "
-                "is intact (free disk space, then rerun with --resume)"
+                f"{checkpoint_os_error(e)}; nothing of it was committed and the previous "
+                f"checkpoint is intact ({checkpoint_os_advice(e)}, then rerun with --resume)"
             ) from e
         self._saves += 1
         self._saved_at = time.monotonic()
