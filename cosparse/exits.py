@@ -149,7 +149,7 @@ def run_reported(body: Callable[[], int], debug: bool = False) -> int:
         raise Terminated("SIGTERM")
 
     global _debug
-    _debug = debug
+    outer_debug, _debug = _debug, debug  # (restored: a command run in-process leaves none)
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         return body()
@@ -157,3 +157,4 @@ def run_reported(body: Callable[[], int], debug: bool = False) -> int:
         return report(e, debug)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _debug = outer_debug

@@ -205,3 +205,11 @@ def test_report_now_prints_the_line_before_the_cleanup_and_only_once(capsys):
     assert first.startswith("cosparse: PS unavailable:") and first.count("\n") == 1
     assert exits.report(e) == 4
     assert capsys.readouterr().err == ""
+
+
+def test_a_debug_command_run_in_process_leaves_report_now_without_traceback(capsys):
+    """``run_reported(debug=True)`` sets ``report_now``'s debug only while its command runs: a
+    later failure in the same process prints its one line, no traceback."""
+    assert exits.run_reported(lambda: 0, debug=True) == 0
+    exits.report_now(PSUnavailable(0, "tcp://127.0.0.1:9", "silent for 3.0 s"))
+    assert capsys.readouterr().err.startswith("cosparse: PS unavailable:")
