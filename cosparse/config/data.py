@@ -114,6 +114,9 @@ class ColumnsConfig:
     # and text as ISO 8601
     time_format: str | None = None
     item_features: list[str] = field(default_factory=list)
+    # columns that name one entity share its ID space: {cate: [hist_cate]} hashes hist_cate's
+    # values with cate's seed, so one category is one ID in both (DIN's target and history)
+    id_space: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -258,6 +261,27 @@ def _validate_csv(d: DataConfig) -> None:
                 raise ConfigError(f"data.columns.{role}: column '{n}' is already "
                                   f"{'the' if named[n] == 'label' else 'in'} {named[n]}")
             named[n] = role
+    _validate_id_space(d.reader, cols, named)
+
+
+def _validate_id_space(reader: str, cols: ColumnsConfig, named: dict[str, str]) -> None:
+    """data.columns.id_space: groups of ID columns, each column in one group at most."""
+    if not cols.id_space:
+        return
+    if reader == "interactions":
+        raise ConfigError("data.columns.id_space: reader interactions builds its histories from "
+                          "its item column, so they share the item's IDs already")
+    seen: dict[str, str] = {}
+    for first, others in cols.id_space.items():
+        for n in [first, *others]:
+            if n in seen:
+                raise ConfigError(f"data.columns.id_space.{first}: column '{n}' is already in "
+                                  f"the ID space of '{seen[n]}'")
+            if named.get(n) in ("label", "dense", "drop"):
+                raise ConfigError(f"data.columns.id_space.{first}: column '{n}' is "
+                                  f"{'the' if named[n] == 'label' else 'in'} {named[n]}, not an "
+                                  "ID column")
+            seen[n] = first
 
 
 def _validate_stream(cfg: Config) -> None:

@@ -2,13 +2,14 @@
 dense columns as floats (missing: 0), sparse columns hashed to IDs (one per row, none when
 missing), sequence and list columns hashed element by element (one bag per row).
 
-Each column's IDs are seeded by ``data.columns.hash_seed`` and the column's name, so two
-columns sharing a table do not share rows for one value. ``sparse: auto`` takes every column
-not named elsewhere: ints, strings and lists hashed, floats (which hashing would scatter)
-dense. ``datetime`` columns give calendar fields (the platform's ``datetime`` transform),
-each its own sparse feature ``<column>_<field>``. The hashing is the feature platform's
-``hash`` transform's kernels, so a spec with ``hash: {seed: S}`` on a column computes the same
-IDs for the seed this module derives (``column_seed``).
+Each column's IDs are seeded by ``data.columns.hash_seed`` and the column's name, so two columns
+sharing a table do not share rows for one value, unless ``data.columns.id_space`` says they name
+one entity (a target and its history): then they share the first column's seed. ``sparse: auto``
+takes every column not named elsewhere: ints, strings and lists hashed, floats (which hashing would
+scatter) dense. ``datetime`` columns give calendar fields (the platform's ``datetime`` transform),
+each its own sparse feature ``<column>_<field>``. The hashing is the feature platform's ``hash``
+transform's kernels, so a spec with ``hash: {seed: S}`` on a column computes the same IDs for the
+seed this module derives (``column_seed``).
 """
 
 from __future__ import annotations
@@ -71,6 +72,28 @@ def column_roles(kinds: dict[str, str], cols: ColumnsConfig) -> tuple[list[str],
     return sparse + list(cols.sequence), dense
 
 
+def id_space_seeds(kinds: dict[str, str], id_columns: list[str],
+                   cols: ColumnsConfig) -> dict[str, str]:
+    """The column whose seed each ``data.columns.id_space`` column hashes with, or a ConfigError
+    naming a column that is not an ID column, or a group whose values are of different types
+    (an int and its text never hash alike)."""
+    out: dict[str, str] = {}
+    for first, others in cols.id_space.items():
+        group = [first, *others]
+        for n in group:
+            if n not in id_columns:
+                raise ConfigError(f"data.columns.id_space.{first}: '{n}' is not an ID column of "
+                                  f"the data (ID columns: {', '.join(id_columns)})")
+        types = {n: "string" if kinds[n] in STRING_KINDS else "int" for n in group}
+        if len(set(types.values())) > 1:
+            said = ", ".join(f"{n}: {t}" for n, t in types.items())
+            raise ConfigError(f"data.columns.id_space.{first}: its columns hold different types "
+                              f"({said}), whose values never hash alike; read them as one type "
+                              "(data.schema)")
+        out.update({n: first for n in group})
+    return out
+
+
 def column_ids(col: Column, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(IDs, bag length per row) of one column."""
     if col.kind in STRING_KINDS:
@@ -103,7 +126,8 @@ class ColumnMapReader:
         self.keys = (self.id_columns[:n_sparse] + [t[0] for t in self.times]
                      + self.id_columns[n_sparse:])
         self.num_dense: int = len(self.dense_keys)
-        self.seeds = {c: column_seed(cols.hash_seed, c) for c in self.keys}
+        space = id_space_seeds(dict(source.columns), self.id_columns, cols)
+        self.seeds = {c: column_seed(cols.hash_seed, space.get(c, c)) for c in self.keys}
         self.read = list(dict.fromkeys(self.id_columns + self.dense_keys + list(cols.datetime)))
 
     @property
