@@ -33,6 +33,8 @@ from proctree import cmdline, descendants, kill_all, parents, wait_gone
 from cosparse.config import load_config
 from cosparse.train.trainer import Trainer
 
+pytestmark = pytest.mark.chaos  # the fault suite: pytest -m chaos
+
 CLI = [sys.executable, "-m", "cosparse.cli", "train", "--no-progress"]
 RESULTS = os.environ.get("COSPARSE_CHAOS_JSON")  # where to save the kills and recovery times
 STEPS = 32

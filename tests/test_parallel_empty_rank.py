@@ -5,6 +5,8 @@ and resumed on one process), and under architecture B (the data workers' rows ov
 
 from __future__ import annotations
 
+import pytest
+
 from tests.test_parallel import _ckpt, _compare, _merged, _one_process, _torchrun, arch, base
 
 STEPS = 8
@@ -35,6 +37,7 @@ def _rank_1_holds_nothing(got: dict) -> None:
     assert got["ranks"][1]["comm"]["sent_bytes"] > 0  # its samples' IDs went to rank 0
 
 
+@pytest.mark.chaos  # the 2-rank demo (issue 32, item 6) stays in the fault suite
 def test_a_rank_with_no_table_trains_and_checkpoints(tmp_path):
     tiered = _ckpt(one_table(), tmp_path / "ckpt", STEPS // 2, STEPS // 2)
     tiered["train"]["log_every"] = 2  # metrics and health checks on the empty rank too
