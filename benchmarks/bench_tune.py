@@ -79,7 +79,7 @@ def steady(path: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_tune.steady.") as tmp:
         for name, params in (("start", {}), ("best", res["decision"]["params"])):
             m = measure(STEADY.config(apply(raw, params)), STEADY.warmup_steps,
-                        Path(tmp) / name, 900.0)
+                        Path(tmp) / name, 900.0, window_steps=STEADY.window_steps)
             if m.error:
                 raise RuntimeError(f"steady-state {name} failed: {m.error}")
             out[name] = m.samples_per_s
@@ -130,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         start = window.config(raw)
         pairs = []
         for i in range(rounds):  # start and best alternately, each a fresh trial process
-            s = measure(start, window.warmup_steps, Path(tmp_s) / f"start{i}", 600.0)
-            b = measure(best, window.warmup_steps, Path(tmp_s) / f"best{i}", 600.0)
+            s = measure(start, window.warmup_steps, Path(tmp_s) / f"start{i}", 600.0,
+                        window_steps=window.window_steps)
+            b = measure(best, window.warmup_steps, Path(tmp_s) / f"best{i}", 600.0,
+                        window_steps=window.window_steps)
             if s.error or b.error:
                 raise RuntimeError(f"re-measuring failed: {s.error or b.error}")
             pairs.append(b.samples_per_s / s.samples_per_s)

@@ -36,17 +36,23 @@ POOR = {
     "supply": {"lookahead": 0},
     "train": {"steps": 100, "threads": 1},
 }
-WINDOW = Window(warmup_steps=2, windows=3, window_steps=2)
+# (a warm-up that is not a whole number of windows: the trial logs every step)
+WINDOW = Window(warmup_steps=3, windows=3, window_steps=2)
+# the start with a host tier of 3,000 rows: device rows 4,800 and 9,600 cannot be under it
+TIERED = json.loads(json.dumps(POOR))
+TIERED["store"]["host"] = {"rows": 3000, "policy": "lru", "spill": True}
+SAID: list[str] = []
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tune")
-    knobs = [k for k in exact_knobs(config_from_mapping(POOR))
+    knobs = [k for k in exact_knobs(config_from_mapping(TIERED))
              if k.key in ("supply.lookahead", "store.device.rows", "store.device.policy")]
     # device rows over 4,800 (8 x 600) are over this budget: 4,800 rows x 36 bytes
-    tune(POOR, knobs, Budgets(device_bytes=4800 * 36), out, trials=3, window=WINDOW,
-         log=print, seed=1)
+    # (seed 1 proposes 9,600 and 4,800 device rows, infeasible, then 1,200: one run)
+    tune(TIERED, knobs, Budgets(device_bytes=4800 * 36), out, trials=3, window=WINDOW,
+         log=lambda m: (print(m), SAID.append(m)), seed=1)
     return out
 
 
@@ -61,6 +67,8 @@ def test_every_trial_is_journaled_with_its_audit_record(searched):
         assert a["applied_by"] and len(a["constraints"]) == 5
         if t.state == optuna.trial.TrialState.COMPLETE:
             assert len(a["windows"]) == WINDOW.windows and a["figures"]["samples_per_s"] > 0
+            # each window the steps after the warm-up's 3, two at a time
+            assert a["spans"] == [[4, 5], [6, 7], [8, 9]]
             # exact knobs: every run trained the start's losses and rows, bit for bit
             assert (a["loss_digest"], a["row_digest"]) == (
                 trials[0].user_attrs["loss_digest"], trials[0].user_attrs["row_digest"])
@@ -69,6 +77,22 @@ def test_every_trial_is_journaled_with_its_audit_record(searched):
             assert len(a["baselines"]) == 2  # the start before and after it (A/B/A)
             over = a["figures"]["device_bytes"] > 4800 * 36
             assert (max(a["constraints"]) > 0) == over
+
+
+def test_infeasible_trials_are_pruned_before_they_run(searched):
+    """Device rows over the host tier's 3,000 rows (which start-up sizing refuses: a crash):
+    each such trial is pruned with its reason, never run, and the output says so."""
+    study = load(searched / "journal.log")
+    refused = [t for t in study.get_trials(deepcopy=False)
+               if t.params.get("store.device.rows", 0) > 3000]
+    assert refused, "the sampler never proposed an infeasible size"
+    for t in refused:
+        assert t.state == optuna.trial.TrialState.PRUNED
+        assert "over store.host.rows 3000" in t.user_attrs["infeasible"]
+        assert not (searched / "trials" / f"{t.number:03d}").exists()  # never run
+        assert any(s.startswith(f"trial {t.number} ") and "pruned before it ran, infeasible"
+                   in s for s in SAID)
+    assert f"{len(refused)} candidate(s) infeasible: pruned before they ran" in SAID
 
 
 def test_the_decision_keeps_the_budget_and_replays(searched):
@@ -138,7 +162,8 @@ def test_the_supply_paths_train_the_same_numbers(tmp_path):
     start's (B's) losses and rows bit for bit: the path is an exact knob."""
     start = _over_ps("collaborative")
     runs = {p: measure(WINDOW.config(apply(start, {"supply.path": p})), WINDOW.warmup_steps,
-                       tmp_path / p, 120.0) for p in ("collaborative", "resident", "ps-direct")}
+                       tmp_path / p, 120.0, window_steps=WINDOW.window_steps)
+            for p in ("collaborative", "resident", "ps-direct")}
     for p, m in runs.items():
         assert m.error is None, (p, m.error)
         assert (m.loss_digest, m.row_digest) == (runs["collaborative"].loss_digest,

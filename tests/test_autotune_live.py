@@ -42,10 +42,17 @@ def _train(raw: dict, on_interval=None) -> tuple[list[float], str, Trainer]:
         t.close()
 
 
-def test_live_changes_keep_the_run_bit_identical(tmp_path):
+@pytest.fixture(scope="module")
+def plain() -> tuple[list[float], str]:
+    """The losses and row digest of POOR trained without the agent (trained once, compared
+    with by every test that changes knobs on POOR)."""
+    losses, digest, _ = _train(POOR)
+    return losses, digest
+
+
+def test_live_changes_keep_the_run_bit_identical(tmp_path, plain):
     """The agent changes knobs every 8 steps (rolling back what does not pay): the losses and
     rows equal those of the same run without it, and every change is journaled."""
-    plain = _train(POOR)
     raw = copy.deepcopy(POOR)
     raw["train"].update(autotune={"knobs": KNOBS, "every": 8},
                         metrics_json=str(tmp_path / "m.jsonl"))
@@ -69,10 +76,9 @@ def test_live_changes_keep_the_run_bit_identical(tmp_path):
         assert t.user_attrs["windows"] and t.user_attrs["base_windows"]
 
 
-def test_a_forced_change_sequence_is_exact():
+def test_a_forced_change_sequence_is_exact(plain):
     """Whatever the agent decides, a run reconfigured every interval through every live knob
     and value trains the same numbers as one that never changes."""
-    plain = _train(POOR)
     plan = iter([{"supply.lookahead": 2}, {"data.workers": 2}, {"supply.horizon": 8},
                  {"data.queue_depth": 1}, {"supply.lookahead": 8, "data.workers": 1},
                  {"supply.lookahead": 0}, {"data.workers": 0}, {"supply.horizon": 0}])
@@ -131,7 +137,7 @@ def test_resizing_the_tiers_live_is_exact():
     assert table.host.size <= 800 and table.dev.size <= 800
 
 
-def test_the_agent_grows_a_tier_within_its_budget(tmp_path):
+def test_the_agent_grows_a_tier_within_its_budget(tmp_path, plain):
     """With the device rows a knob and a budget of 4x the start's bytes, every size it tries
     stays within the budget."""
     raw = copy.deepcopy(POOR)
@@ -140,7 +146,7 @@ def test_the_agent_grows_a_tier_within_its_budget(tmp_path):
     agent = LiveAgent(config_from_mapping(raw), tmp_path / "j.log", log=print)
     assert agent.ladders["store.device.rows"] == (600, 1200, 2400)
     tuned = _train(raw, agent)
-    assert tuned[0] == _train(POOR)[0]
+    assert tuned[0] == plain[0]
     assert all(c["to"] <= 2400 for c in agent.changes)
 
 

@@ -1,6 +1,9 @@
 """The offline agent: Optuna's TPE sampler over the start's exact knobs, each trial a short
 real run of the engine, measured A/B/A against the start, pruned by Optuna's Wilcoxon pruner,
 constrained by the budgets, vetoed when its results differ from the start's, and journaled.
+A candidate the shared feasibility check refuses (``cosparse.autotune.feasible``: the config's
+validation, device rows over host rows, tier bytes over a budget) is pruned before it runs,
+with its reason journaled and logged.
 
 Every trial's figures, digests, code version, config hash and who ran it go into the study's
 ``JournalStorage`` log; ``decide`` derives the decision from those records alone, so that
@@ -9,12 +12,10 @@ Every trial's figures, digests, code version, config hash and who ran it go into
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,12 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from cosparse.autotune.audit import code_version, config_hash
+from cosparse.autotune.feasible import mapping_refusal
 from cosparse.autotune.knobs import apply, reorders, semantic_knobs, world
 from cosparse.autotune.measure import measure
 from cosparse.autotune.semantic import semantic_pass, suggestions
 from cosparse.autotune.tolerance import outside_tolerance
-from cosparse.autotune.types import Budgets, Knob, Measurement, median
+from cosparse.autotune.types import Budgets, Knob, Measurement, Window, median
 from cosparse.config import ConfigError, config_from_mapping
 
 STUDY = "cosparse-tune"
@@ -37,23 +39,6 @@ STUDY = "cosparse-tune"
 CONSTRAINTS = ("device_bytes", "host_bytes", "ps_bytes_per_step", "exactness", "ran")
 APPLIED_BY = "cosparse tune (offline agent)"
 NUMBERS = "numbers.npz"  # a trial's losses and whole rows, when reordering knobs are searched
-
-
-@dataclass
-class Window:
-    """The replay window every trial trains: warm-up, then ``windows`` measured intervals."""
-
-    warmup_steps: int = 4
-    windows: int = 6
-    window_steps: int = 4
-
-    def config(self, raw: dict[str, Any]) -> dict[str, Any]:
-        out = copy.deepcopy(raw)
-        train = out.setdefault("train", {})
-        train.update(steps=self.warmup_steps + self.windows * self.window_steps,
-                     log_every=self.window_steps, progress=False, metrics_json=None,
-                     tensorboard_dir=None, checkpoint={})
-        return out
 
 
 def _open(path: Path) -> JournalStorage:
@@ -102,12 +87,19 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
     runs = out / "trials"
     keep_numbers = any(k.kind == "reordering" for k in knobs)  # compared within a tolerance
 
-    def run(params: dict[str, Any], role: str) -> tuple[optuna.trial.Trial, Measurement]:
+    def run(params: dict[str, Any], role: str) -> tuple[optuna.trial.Trial, Measurement | None]:
+        """The trial measured (None: refused by the feasibility check, not run)."""
         if role == "baseline":  # the start, enqueued: measured again between candidates
             study.enqueue_trial(start, skip_if_exists=False)
         trial = study.ask(dists)
         params = {k: trial.params[k] for k in params}
         cfg = window.config(apply(raw, params))
+        refusal = mapping_refusal(cfg, budgets) if role == "candidate" else None
+        if refusal is not None:
+            for key, value in {"role": role, "infeasible": refusal, "config_hash": config_hash(cfg),
+                               **version, "applied_by": APPLIED_BY}.items():
+                trial.set_user_attr(key, value)
+            return trial, None
 
         def report(step: int, value: float) -> bool:
             trial.report(value, step)
@@ -115,8 +107,10 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
 
         where = runs / f"{trial.number:03d}"
         m = measure(cfg, window.warmup_steps, where, trial_timeout_s, report,
-                    world=world(params), numbers=where / NUMBERS if keep_numbers else None)
-        for key, value in {"role": role, "windows": m.windows, "figures": m.figures(),
+                    world=world(params), numbers=where / NUMBERS if keep_numbers else None,
+                    window_steps=window.window_steps)
+        for key, value in {"role": role, "windows": m.windows, "spans": m.spans,
+                           "figures": m.figures(),
                            "loss_digest": m.loss_digest, "row_digest": m.row_digest,
                            "error": m.error, "config_hash": config_hash(cfg), **version,
                            "applied_by": APPLIED_BY}.items():
@@ -124,6 +118,7 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
         return trial, m
 
     first, base = run(start, "baseline")
+    assert base is not None  # (the start is measured, whatever it is)
     if base.error:
         _constrain(first, [1.0] * 5)
         study.tell(first, 0.0)
@@ -134,11 +129,19 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
     study.tell(first, 1.0)
     log(f"start: {base.samples_per_s:,.0f} samples/s")
     before = base.samples_per_s
+    refused = 0
     for _ in range(trials):
         if deadline is not None and time.monotonic() > deadline:
             log("time is up")
             break
         trial, m = run({k.key: None for k in knobs}, "candidate")
+        if m is None:  # never run: no budget figure, and "ran" is the constraint it fails
+            _constrain(trial, [-1.0, -1.0, -1.0, -1.0, 1.0])
+            study.tell(trial, state=TrialState.PRUNED)
+            refused += 1
+            log(f"trial {trial.number} {trial.params}: pruned before it ran, infeasible: "
+                f"{trial.user_attrs['infeasible']}")
+            continue
         if m.pruned:
             study.tell(trial, state=TrialState.PRUNED)
             log(f"trial {trial.number} {trial.params}: pruned")
@@ -169,13 +172,15 @@ def tune(raw: dict[str, Any], knobs: list[Knob], budgets: Budgets, out: Path, tr
             + (f" ({m.error})" if m.error else "")
             + (f" (infeasible: {', '.join(over)})" if over else ""))
         before = after
+    if refused:
+        log(f"{refused} candidate(s) infeasible: pruned before they ran")
     if semantic:
         study.set_user_attr("semantic", {"allow": allow_semantic, "auc_gate": auc_gate})
         decided = decide(study)["params"]
         # those the decided configuration takes (admission, for one, is not every path's)
         fits = {k.key for k in semantic_knobs(config_from_mapping(apply(raw, decided)))}
         semantic_pass(study, raw, decided, [k for k in semantic if k.key in fits],
-                      window.config, window.warmup_steps, runs, trial_timeout_s, log)
+                      window, runs, trial_timeout_s, log)
     decision = decide_all(study)
     study.set_user_attr("decision", decision)
     return decision

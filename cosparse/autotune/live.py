@@ -12,6 +12,10 @@ change back.
   paying for it. Settled, it compares every window with the first one measured since; two in
   a row slower beyond noise (the same test, so a false alarm, which costs trials, is rare)
   mean the run drifted, and it explores again with a clean slate.
+- Every proposal passes the shared feasibility check (``cosparse.autotune.feasible``: the
+  config's validation, the host tier at least the device tier's rows, the budgets) before it
+  is applied; one that fails is skipped, the next best tried, and the refusal journaled (a
+  pruned trial with its reason). A resized tier's largest rung is the largest that passes.
 - Every change, kept or rolled back, is an Optuna trial in a ``JournalStorage`` log (the offline
   agent's audit format: the knobs, both windows, the verdict, the code version, the config hash,
   who applied it), and each change reaches the run's metrics as a ``reconfigure`` record.
@@ -21,6 +25,7 @@ change back.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import statistics
@@ -35,6 +40,8 @@ from optuna.storages.journal import JournalFileBackend
 from scipy.stats import mannwhitneyu
 
 from cosparse.autotune.audit import code_version, config_hash
+from cosparse.autotune.feasible import live_refusal
+from cosparse.autotune.types import Budgets
 from cosparse.config import Config
 from cosparse.config.sizes import parse_bytes
 from cosparse.config.train import LIVE_PATHS
@@ -74,6 +81,10 @@ def _size_ladder(cfg: Config, key: str) -> tuple[int, ...]:
     return tuple(r for r in (start * 2**i for i in range(12)) if r <= max(most, start))
 
 
+def _budget(value: int | str | None, tier: str) -> int | None:
+    return None if value is None else parse_bytes(value, f"train.autotune.{tier}_budget")
+
+
 def _mean(recs: list[dict[str, Any]], key: str) -> float:
     return statistics.fmean(float(r.get(key) or 0.0) for r in recs) if recs else 0.0
 
@@ -105,10 +116,14 @@ class LiveAgent:
         at = cfg.train.autotune
         self.knobs = list(at.knobs)
         self.per_window = at.every // cfg.train.log_every
+        self.log_every = cfg.train.log_every
         self.min_gain = at.min_gain
         self.patience = at.patience
         self.log = log
         self.current = {k: _value(cfg, k) for k in self.knobs}
+        self.start = copy.deepcopy(cfg)  # (what the feasibility check sets the knobs on)
+        self.budgets = Budgets(device_bytes=_budget(at.device_budget, "device"),
+                               host_bytes=_budget(at.host_budget, "host"))
         self.ladders = {k: _size_ladder(cfg, k) if k in SIZES else LIVE_PATHS
                         if k == "supply.path" else tuple(sorted({*LADDERS[k], self.current[k]}))
                         for k in self.knobs}
@@ -116,6 +131,8 @@ class LiveAgent:
         self.workers = cfg.data.workers  # (processes on this host, besides the trainer)
         self.shards = cfg.store.remote.num_shards if cfg.store.remote.embedded else 0
         self.base: list[float] | None = None  # the window before the change under trial
+        self.span: tuple[int, int] = (0, 0)  # the steps the last window measured, first and last
+        self.base_span: tuple[int, int] = (0, 0)
         self.trying: Move | None = None
         self.old: int | str | None = None
         self.tabu: set[tuple[str, int | str]] = set()
@@ -139,6 +156,7 @@ class LiveAgent:
         self.study.set_user_attr("start", dict(self.current))
         self.config_hash = config_hash(dataclasses.asdict(cfg))
         self.changes: list[dict[str, Any]] = []  # what it did, in order (kept or rolled back)
+        self.refused: list[dict[str, Any]] = []  # proposals the feasibility check refused
         # the run's first window starts the stream and fills the tiers: not steady state
         self.skip = self.per_window
 
@@ -167,6 +185,7 @@ class LiveAgent:
         self.window, self.recs = [], []
         self.target = self.per_window
         step = int(rec["step"])
+        self.span = (int(recs[0]["step"]) - self.log_every + 1, step)
         if self.trying is not None:
             answer = self._judge(window, step)
             if answer is not None:
@@ -174,7 +193,7 @@ class LiveAgent:
         elif self.settled and not self._drifted(window, step):
             return None
         else:
-            self.base = window
+            self.base, self.base_span = window, self.span
         return self._propose(recs, step)
 
     def _drifted(self, window: list[float], step: int) -> bool:
@@ -230,6 +249,7 @@ class LiveAgent:
             self.current[move.key] = move.value
             self.tabu.add((move.key, old))  # just measured slower: no going back to it
             self.base = window
+            self.base_span = self.span
             self.log(f"autotune: kept {verdict}")
             return None
         self.tabu.add((move.key, move.value))
@@ -242,12 +262,13 @@ class LiveAgent:
         return Reconfigure({move.key: old}, f"rolled back: {verdict}", APPLIED_BY)
 
     def _propose(self, recs: list[dict[str, Any]], step: int) -> Reconfigure | None:
-        moves = [m for m in self._moves(recs) if (m.key, m.value) not in self.tabu]
-        if not moves:
-            self._settle(step, "no move left that the counters argue for")
+        moves = sorted((m for m in self._moves(recs) if (m.key, m.value) not in self.tabu),
+                       key=lambda m: -m.score)
+        move = next((m for m in moves if self._feasible(m, step)), None)
+        if move is None:
+            self._settle(step, "no feasible move left that the counters argue for")
             self.reference = self.base  # (measured at the settled knobs)
             return None
-        move = max(moves, key=lambda m: m.score)
         self.trying, self.old = move, self.current[move.key]
         self._restart(move.key)
         return Reconfigure({move.key: move.value}, move.reason, APPLIED_BY)
@@ -311,31 +332,50 @@ class LiveAgent:
             ladder, now = self.ladders[key], self.current[key]
             i = ladder.index(now)
             rungs = [(i + 1, up), (i - 1, down)]
-            if key in SIZES:  # the largest size that fits first: a step of 2x may hide in noise
+            if key in SIZES:  # the largest feasible size first: a step of 2x may hide in noise
                 top = max((j for j in range(i + 2, len(ladder))
                            if self._fits(key, ladder[j])), default=None)
                 if top is not None:
                     rungs.insert(0, (top, up))
             for rank, (j, table) in enumerate(rungs):
                 score, why = table.get(key, (0.0, ""))
-                if 0 <= j < len(ladder) and score > 0 and self._fits(key, ladder[j]):
+                if 0 <= j < len(ladder) and score > 0:  # (_propose checks feasibility)
                     out.append(Move(key, ladder[j], score * (1.0 + 0.01 * (len(rungs) - rank)),
                                     why))
         return out
 
-    def _fits(self, key: str, rows: int) -> bool:
-        """The host tier stays at least as large as the device's."""
-        if key == "store.device.rows" and "store.host.rows" in self.current:
-            return rows <= self.current["store.host.rows"]
-        if key == "store.host.rows" and "store.device.rows" in self.current:
-            return rows >= self.current["store.device.rows"]
-        return True
+    def _fits(self, key: str, value: int | str) -> bool:
+        """Whether the current knobs with ``key`` set to ``value`` pass the feasibility check."""
+        return live_refusal(self.start, {**self.current, key: value}, self.budgets) is None
+
+    def _feasible(self, move: Move, step: int) -> bool:
+        """Whether ``move`` passes the feasibility check; a refusal is skipped for good (until
+        the agent explores anew), logged and journaled with its reason."""
+        params = {**self.current, move.key: move.value}
+        why = live_refusal(self.start, params, self.budgets)
+        if why is None:
+            return True
+        self.tabu.add((move.key, move.value))
+        record = {"step": step, "knob": move.key, "from": self.current[move.key],
+                  "to": move.value, "reason": move.reason, "refused": why, "params": params,
+                  "config_hash": self.config_hash, "applied_by": APPLIED_BY,
+                  **self.study.user_attrs["code"]}
+        self.study.add_trial(optuna.trial.create_trial(
+            params=params, state=optuna.trial.TrialState.PRUNED, user_attrs=record,
+            distributions={k: CategoricalDistribution(list(self.ladders[k])) for k in params}))
+        self.refused.append(record)
+        self.log(f"autotune: step {step}: skipped {move.key} {record['from']} -> {move.value}, "
+                 f"infeasible: {why}")
+        return False
 
     def _journal(self, move: Move, old: int | str, base: list[float], window: list[float],
                  gain: float, p: float, kept: bool, step: int) -> None:
         params = {**self.current, move.key: move.value}
         record = {"step": step, "knob": move.key, "from": old, "to": move.value,
                   "reason": move.reason, "base_windows": base, "windows": window,
+                  # the steps each window measured (none after a fallback's rollback)
+                  "base_span": list(self.base_span) if base else None,
+                  "span": list(self.span) if window else None,
                   "gain": gain, "p_value": p, "kept": kept, "params": params,
                   "config_hash": self.config_hash, "applied_by": APPLIED_BY,
                   **self.study.user_attrs["code"]}

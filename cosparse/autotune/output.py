@@ -42,7 +42,7 @@ def _rows(study: optuna.Study) -> list[dict[str, Any]]:
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
         fig = a.get("figures", {})
-        why = a.get("veto") or a.get("error") or (
+        why = a.get("veto") or a.get("error") or a.get("infeasible") or (
             "pruned" if t.state == TrialState.PRUNED else "")
         out.append({"trial": t.number, "role": a.get("role", ""), "params": t.params,
                     "samples_per_s": fig.get("samples_per_s"), "speedup": t.value,

@@ -17,9 +17,10 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from cosparse.autotune.audit import code_version, config_hash
+from cosparse.autotune.feasible import mapping_refusal
 from cosparse.autotune.knobs import apply, world
 from cosparse.autotune.measure import measure
-from cosparse.autotune.types import Budgets, Knob, Measurement
+from cosparse.autotune.types import Budgets, Knob, Measurement, Window
 
 ROLES = ("semantic-base", "semantic")
 
@@ -35,16 +36,26 @@ def _record(study: optuna.Study, role: str, params: dict[str, Any], knobs: list[
                                               user_attrs=attrs))
 
 
+def _refused(study: optuna.Study, params: dict[str, Any], knobs: list[Knob], why: str,
+             cfg: dict[str, Any]) -> None:
+    dists = {k.key: CategoricalDistribution(list(k.choices)) for k in knobs if k.key in params}
+    attrs = {"role": "semantic", "infeasible": why, "config_hash": config_hash(cfg),
+             **code_version(), "applied_by": "cosparse tune (offline agent, semantic pass)"}
+    study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
+                                              state=TrialState.PRUNED, user_attrs=attrs))
+
+
 def semantic_pass(study: optuna.Study, raw: dict[str, Any], decided: dict[str, Any],
-                  knobs: list[Knob], config: Callable[[dict[str, Any]], dict[str, Any]],
-                  warmup_steps: int, runs: Path, timeout_s: float,
+                  knobs: list[Knob], window: Window, runs: Path, timeout_s: float,
                   log: Callable[[str], None] = print) -> None:
     """Measure every other value of every semantic knob from the decided exact params, and
-    the decided configuration itself (the reference), each with its held-out evaluation."""
-    base_cfg = config(apply(raw, decided))
+    the decided configuration itself (the reference), each with its held-out evaluation; a
+    value the feasibility check refuses is journaled as a pruned trial, not run."""
+    base_cfg = window.config(apply(raw, decided))
     ranks = world(decided)
-    base = measure(base_cfg, warmup_steps, runs / "semantic-base", timeout_s, evaluate=True,
-                   world=ranks)
+    budgets = Budgets(**study.user_attrs["budgets"])
+    base = measure(base_cfg, window.warmup_steps, runs / "semantic-base", timeout_s,
+                   evaluate=True, world=ranks, window_steps=window.window_steps)
     _record(study, "semantic-base", {}, knobs, base, base_cfg)
     if base.error:
         log(f"semantic pass: the decided configuration failed to run: {base.error}")
@@ -52,9 +63,14 @@ def semantic_pass(study: optuna.Study, raw: dict[str, Any], decided: dict[str, A
     log(f"semantic pass: reference {base.samples_per_s:,.0f} samples/s, AUC {base.auc:.4f}")
     for knob in knobs:
         for value in knob.choices[1:]:
-            cfg = config(apply(raw, {**decided, knob.key: value}))
-            m = measure(cfg, warmup_steps, runs / f"semantic-{knob.key}-{value}", timeout_s,
-                        evaluate=True, world=ranks)
+            cfg = window.config(apply(raw, {**decided, knob.key: value}))
+            why = mapping_refusal(cfg, budgets)
+            if why is not None:
+                _refused(study, {knob.key: value}, knobs, why, cfg)
+                log(f"semantic {knob.key} = {value}: pruned before it ran, infeasible: {why}")
+                continue
+            m = measure(cfg, window.warmup_steps, runs / f"semantic-{knob.key}-{value}",
+                        timeout_s, evaluate=True, world=ranks, window_steps=window.window_steps)
             _record(study, "semantic", {knob.key: value}, knobs, m, cfg)
             if m.error:
                 log(f"semantic {knob.key} = {value}: failed ({m.error[:200]})")

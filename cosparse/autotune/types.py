@@ -1,7 +1,10 @@
-"""Plain data of the tuning agent: a knob, the budgets, and one trial's measurement."""
+"""Plain data of the tuning agent: a knob, the budgets, a trial's replay window, and one
+trial's measurement."""
 
 from __future__ import annotations
 
+import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,11 +50,35 @@ class Budgets:
 
 
 @dataclass
+class Window:
+    """The replay window every trial trains: ``warmup_steps``, then ``windows`` measured windows
+    of ``window_steps`` each. The trial logs an interval every gcd(warm-up, window) steps, so
+    the warm-up ends on an interval's end and a window is whole intervals past it."""
+
+    warmup_steps: int = 4
+    windows: int = 6
+    window_steps: int = 4
+
+    @property
+    def log_every(self) -> int:
+        return math.gcd(self.warmup_steps, self.window_steps)
+
+    def config(self, raw: dict[str, Any]) -> dict[str, Any]:
+        out = copy.deepcopy(raw)
+        train = out.setdefault("train", {})
+        train.update(steps=self.warmup_steps + self.windows * self.window_steps,
+                     log_every=self.log_every, progress=False, metrics_json=None,
+                     tensorboard_dir=None, checkpoint={})
+        return out
+
+
+@dataclass
 class Measurement:
     """One short run: throughput per measured window after warm-up, what it cost, and digests
     of its losses and rows (equal for configurations that train the same numbers)."""
 
     windows: list[float] = field(default_factory=list)  # samples/s per window
+    spans: list[tuple[int, int]] = field(default_factory=list)  # each window's first, last step
     device_bytes: float = 0.0
     host_bytes: float = 0.0
     ps_bytes_per_step: float = 0.0
