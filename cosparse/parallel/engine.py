@@ -41,10 +41,12 @@ class RankSetup:
 def make_plan(cfg: Config, probe: list[SparseBatch], world_size: int, ranks_per_node: int,
               hotness: Hotness | None = None) -> ShardingPlan:
     """The sharding of ``cfg``'s tables over ``world_size`` ranks (statistics from ``probe``;
-    ``hotness``: the capacity planner's curves, priced over a PS supply path)."""
+    ``hotness``: the capacity planner's curves, priced over a PS supply path; the rows each
+    table will hold by ``train.steps``, from its vocabulary's growth over ``probe``)."""
     par = cfg.parallel
     supply = ps_supply(cfg)
-    stats = table_stats(cfg.tables, probe, hotness if supply is not None else None)
+    stats = table_stats(cfg.tables, probe, hotness if supply is not None else None,
+                        cfg.train.steps)
     return plan_sharding(
         cfg.tables, stats, cfg.data.batch_size, world_size,
         ranks_per_node, par.sharding, par.link_gbps,

@@ -89,14 +89,21 @@ def held_bytes(s: TableSharding, st: TableStats, world: int) -> np.ndarray:
 
 
 def _candidates(t: TableConfig, st: TableStats, world: int, per_node: int,
-                replicate_below: int, pinned: str | None) -> list[TableSharding]:
+                replicate_below: int, pinned: str | None, load: np.ndarray,
+                held: np.ndarray) -> list[TableSharding]:
+    """Every placement of every allowed kind: a table-wise table on each rank, a table-row-wise
+    one on each node, a column-wise one's shards on the least-loaded ranks (by link bytes so
+    far, then bytes held, then rank), so that a later table's columns go where earlier ones
+    are not."""
     kinds = [pinned] if pinned else [k for k in KINDS if _allowed(k, t, st, world, per_node,
                                                                   replicate_below)]
+    idle_first = np.lexsort((np.arange(world), held, load))
+    columns = tuple(sorted(int(r) for r in idle_first[:min(world, t.dim)]))
     out = []
     for k in kinds:
         homes = range(world) if k == "table_wise" else range(world // per_node) \
             if k == "table_row_wise" else [0]
-        out += [sharding_of(k, t, world, per_node, h) for h in homes]
+        out += [sharding_of(k, t, world, per_node, h, columns) for h in homes]
     return out
 
 
@@ -128,7 +135,7 @@ def plan_sharding(tables: list[TableConfig], stats: Mapping[str, TableStats], ba
         st = stats[t.name]
         best: tuple[float, float, TableSharding, tuple[np.ndarray, ...]] | None = None
         for cand in _candidates(t, st, world, ranks_per_node, replicate_below,
-                                pins.get(t.name)):
+                                pins.get(t.name), sent + pulled + pushed, held):
             adds = (sent_bytes(cand, st, batch, world), *ps_bytes(cand, st, world, supply),
                     held_bytes(cand, st, world))
             load = sent + pulled + pushed + adds[0] + adds[1] + adds[2]

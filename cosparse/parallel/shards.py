@@ -47,9 +47,10 @@ def rank_tables(plan: ShardingPlan, tables: list[TableConfig], rank: int) -> lis
 
 
 def sharding_of(kind: str, table: TableConfig, world: int, ranks_per_node: int,
-                home: int = 0) -> TableSharding:
+                home: int = 0, column_owners: tuple[int, ...] | None = None) -> TableSharding:
     """The owners and columns of ``kind`` for ``table``; ``home``: the rank (table-wise) or node
-    (table-row-wise) that holds it."""
+    (table-row-wise) that holds it; ``column_owners``: the ranks of a column-wise table's shards
+    (default: ranks 0 to min(world, dim) - 1)."""
     whole = ((0, table.dim),)
     if kind == "data_parallel":
         owners = tuple(range(world))
@@ -57,9 +58,9 @@ def sharding_of(kind: str, table: TableConfig, world: int, ranks_per_node: int,
     if kind == "table_wise":
         return TableSharding(table.name, kind, (home,), whole)  # type: ignore[arg-type]
     if kind == "column_wise":
-        n = min(world, table.dim)
-        return TableSharding(table.name, kind, tuple(range(n)),  # type: ignore[arg-type]
-                             column_ranges(table.dim, n))
+        owners = column_owners or tuple(range(min(world, table.dim)))
+        return TableSharding(table.name, kind, owners,  # type: ignore[arg-type]
+                             column_ranges(table.dim, len(owners)))
     if kind == "row_wise":
         return TableSharding(table.name, kind, tuple(range(world)),  # type: ignore[arg-type]
                              whole * world)

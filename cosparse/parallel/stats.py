@@ -9,6 +9,7 @@ import numpy as np
 from cosparse.batch import SparseBatch
 from cosparse.config import TableConfig
 from cosparse.optim import SparseOptimizer
+from cosparse.parallel.growth import distinct_curve, predicted_rows
 from cosparse.parallel.types import TableStats
 from cosparse.store.dedup import map_ids, table_parts
 
@@ -17,10 +18,13 @@ Hotness = Callable[[TableConfig, list[np.ndarray]], tuple[tuple[float, float, fl
 
 
 def table_stats(tables: list[TableConfig], batches: list[SparseBatch],
-                hotness: Hotness | None = None) -> dict[str, TableStats]:
-    """Per table: IDs per sample, distinct rows per batch, and its rows: ``num_embeddings`` or
-    ``hash_size`` when given, else the distinct rows the batches hold (a lower bound);
-    ``hotness`` (the capacity planner's, injected): its hotness curve."""
+                hotness: Hotness | None = None, steps: int | None = None
+                ) -> dict[str, TableStats]:
+    """Per table: IDs per sample, distinct rows per batch, and its rows: ``num_embeddings``
+    when given (its slab holds that many from the start), else the distinct rows a run of
+    ``steps`` batches will hold, extrapolated from the batches' vocabulary growth (None: the
+    batches' own distinct rows, a lower bound) and at most ``hash_size``; ``hotness`` (the
+    capacity planner's, injected): its hotness curve."""
     out = {}
     samples = max(1, sum(b.batch_size for b in batches))
     for t in tables:
@@ -32,8 +36,9 @@ def table_stats(tables: list[TableConfig], batches: list[SparseBatch],
             u = np.unique(keys)
             uniques.append(u.shape[0])
             seen.append(u)
-        distinct = int(np.unique(np.concatenate(seen)).shape[0]) if seen else 0
-        rows = t.num_embeddings or t.hash_size or distinct
+        curve = distinct_curve(seen)
+        distinct = int(curve[-1]) if seen else 0
+        rows = t.num_embeddings or predicted_rows(curve, steps, t.hash_size)
         width = t.dim + SparseOptimizer(t.optimizer).state_width(t.dim)
         out[t.name] = TableStats(rows=int(rows), row_bytes=4 * width, dim=t.dim,
                                  features=len(t.features), ids_per_sample=ids_total / samples,

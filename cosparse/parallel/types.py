@@ -73,7 +73,8 @@ class ShardingPlan:
                          f"{max(c.sent_bytes) / 1e6:,.3f} MB{ps} ({c.seconds * 1e3:,.2f} ms at "
                          f"{c.link_gbps:g} Gbit/s)")
             lines.append(f"  rows held per rank: {min(c.held_bytes) / 2**20:,.2f} to "
-                         f"{max(c.held_bytes) / 2**20:,.2f} MiB")
+                         f"{max(c.held_bytes) / 2**20:,.2f} MiB ({sum(c.held_bytes) / 2**20:,.2f} "
+                         "MiB in all, by train.steps, from the vocabulary's growth)")
         return "\n".join(lines)
 
 
