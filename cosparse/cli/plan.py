@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cosparse.commands.arguments import budgets, capacities
+from cosparse.cli.arguments import budgets, capacities
 from cosparse.config import ConfigError, load_config
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cosparse.commands.arguments import budgets
+from cosparse.cli.arguments import budgets
 from cosparse.config import ConfigError, config_from_mapping
 
 

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from cosparse.commands.arguments import step_range
+from cosparse.cli.arguments import step_range
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -2,22 +2,22 @@
 ``cosparse plan``, ``cosparse tune``, ``cosparse ps serve|keygen``, ``cosparse features
 lineage|diff|fit|materialize``, ``cosparse data describe|baseline`` and ``cosparse export``.
 
-Each command lives in its own module (``cosparse.commands``, ``cosparse.ps.command``); this one
-composes their parsers and runs one command under the documented exit codes."""
+Each command lives in a module of its own in this package; this one composes their parsers and
+runs one command under the documented exit codes (``python -m cosparse.cli``: ``__main__``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from cosparse.commands.data import add_data_parser
-from cosparse.commands.export import add_export_parser
-from cosparse.commands.features import add_features_parser
-from cosparse.commands.plan import add_plan_parser
-from cosparse.commands.reports import add_report_parsers
-from cosparse.commands.train import add_train_parser
-from cosparse.commands.tune import add_tune_parser
-from cosparse.ps.command import add_ps_parser
+from cosparse.cli.data import add_data_parser
+from cosparse.cli.export import add_export_parser
+from cosparse.cli.features import add_features_parser
+from cosparse.cli.plan import add_plan_parser
+from cosparse.cli.ps import add_ps_parser
+from cosparse.cli.reports import add_report_parsers
+from cosparse.cli.train import add_train_parser
+from cosparse.cli.tune import add_tune_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,3 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     args = build_parser().parse_args([a for a in argv if a != "--debug"])
     return run_reported(lambda: int(args.func(args)), debug)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,1 +1,0 @@
-"""The command line's commands, one module each; ``cosparse.cli`` composes their parsers."""
