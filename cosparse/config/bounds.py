@@ -103,6 +103,7 @@ BOUNDS: dict[str, Bound] = {
     "data.shuffle.buffer": Bound(1, 2**31),
     "data.shuffle.seed": SEED,
     "data.negatives.per_positive": Bound(1, 1000),
+    "data.negatives.eval_per_positive": Bound(1, 1000),
     "data.negatives.seed": SEED,
     "data.stream.poll_s": Bound(0, 60, lo_open=True),  # a bounded sleep between listings
     "data.stream.idle_timeout_s": POSITIVE,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from cosparse.config.errors import ConfigError
+from cosparse.config.eval_path import validate_eval_path
 
 if TYPE_CHECKING:
     from cosparse.config.root import Config
@@ -56,6 +57,9 @@ class EventsConfig:
     # reader interactions: "rows", one interaction per row (csv, tsv or parquet), or
     # "user_items", one user per line: "user item1 item2 ..." in time order
     layout: Literal["rows", "user_items"] = "rows"
+    # events of one user at one time: "strict", none is in another's history (the time says
+    # nothing of their order); "keep_file_order", the earlier rows are the later rows' history
+    ties: Literal["strict", "keep_file_order"] = "strict"
     synthetic: SequenceSyntheticConfig = field(default_factory=SequenceSyntheticConfig)
 
 
@@ -140,6 +144,7 @@ class NegativesConfig:
 
     YAML_NAMES: ClassVar[dict[str, str]] = {"from": "sample_from"}  # "from" is a keyword
     per_positive: int = 1
+    eval_per_positive: int | None = None  # the eval split's (e.g. 99); None: per_positive
     sample_from: Literal["uniform", "popularity"] = "uniform"
     seed: int = 0
 
@@ -180,6 +185,7 @@ class DataConfig:
     queue_depth: int = 4
     on_bad_record: Literal["fail", "skip"] = "fail"
     eval_fraction: float = 0.2
+    eval_path: str | None = None  # evaluate on this file (all of data.path trains): no split
     # evaluation scores this many samples per forward at least (consecutive eval batches are
     # joined); None: max(batch_size, 1024). Training batches are not affected.
     eval_batch_size: int | None = None
@@ -206,6 +212,7 @@ def validate_data(cfg: Config) -> None:
     """A file reader has a path, bags are not inverted, and the labels are known behaviours."""
     d = cfg.data
     _validate_stream(cfg)
+    validate_eval_path(d)
     if d.reader not in ("synthetic", "synthetic_sequences") and not d.path and d.stream is None:
         raise ConfigError(f"data.path: reader '{d.reader}' needs a path")
     s = d.synthetic

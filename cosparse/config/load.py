@@ -10,6 +10,7 @@ import yaml
 
 from cosparse.config.convert import from_dict
 from cosparse.config.errors import ConfigError
+from cosparse.config.eval_path import refuse_fraction_beside_eval_path
 from cosparse.config.mapping import set_dotted
 from cosparse.config.presets import apply_preset
 from cosparse.config.root import Config
@@ -18,6 +19,7 @@ from cosparse.config.validate import validate
 
 def config_from_mapping(raw: dict[str, Any]) -> Config:
     """A validated Config from a mapping (its preset applied)."""
+    refuse_fraction_beside_eval_path(raw)
     return validate(from_dict(Config, apply_preset(raw)))
 
 

@@ -17,6 +17,7 @@ time order, each positive followed by its negatives.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ import torch
 
 from cosparse.batch import SparseBatch
 from cosparse.config import DataConfig
+from cosparse.data.dropped_targets import dropped_targets
 from cosparse.data.errors import DataError, empty_split_message
 from cosparse.data.negatives import sample_negatives
 from cosparse.data.shuffle import shuffled, window_batches
@@ -45,6 +47,7 @@ class InteractionLog:
     features: dict[str, np.ndarray] = field(default_factory=dict)
     history: dict[str, np.ndarray] = field(default_factory=dict)
     bad_records: int = 0
+    eval_mask: np.ndarray | None = None  # the events of data.eval_path (None: a split)
 
     @property
     def num_events(self) -> int:
@@ -60,14 +63,18 @@ class SequenceIndex:
     time_rank: np.ndarray  # rank in global (timestamp, row) order
 
 
-def index_events(user: np.ndarray, ts: np.ndarray, row: np.ndarray) -> SequenceIndex:
-    """The index of events sorted by (user, timestamp, row)."""
+def index_events(user: np.ndarray, ts: np.ndarray, row: np.ndarray,
+                 keep_file_order: bool = False) -> SequenceIndex:
+    """The index of events sorted by (user, timestamp, row); ``keep_file_order``: events of one
+    user at one time are each other's history in file order (``data.events.ties``)."""
     n = user.shape[0]
     idx = np.arange(n, dtype=np.int64)
     new_user = np.ones(n, dtype=bool)
     new_user[1:] = user[1:] != user[:-1]
     new_run = new_user.copy()
     new_run[1:] |= ts[1:] != ts[:-1]
+    if keep_file_order:
+        new_run[:] = True
     user_start = np.maximum.accumulate(np.where(new_user, idx, 0))
     run_start = np.maximum.accumulate(np.where(new_run, idx, 0))
     time_rank = np.empty(n, dtype=np.int64)
@@ -93,6 +100,8 @@ class EventsTask:
 
 def eval_events(log: InteractionLog, data: DataConfig, time_rank: np.ndarray) -> np.ndarray:
     """Which events are eval targets."""
+    if log.eval_mask is not None:
+        return log.eval_mask
     s = data.split
     if s is not None and s.by == "last_per_user":
         last = np.ones(log.num_events, np.bool_)
@@ -115,12 +124,15 @@ class InteractionsReader:
         self.split: Split = split
         self.log = log
         self.events = ev = data.events
-        ix = index_events(log.user, log.time, log.row)
+        ix = index_events(log.user, log.time, log.row, ev.ties == "keep_file_order")
         self._lo = np.maximum(ix.user_start, ix.run_start - ev.max_len)
         self._hi = ix.run_start
         is_eval = eval_events(log, data, ix.time_rank)
         in_split = is_eval if split == "eval" else ~is_eval
-        pos = np.flatnonzero(in_split & (ix.run_start - ix.user_start >= ev.min_history))
+        enough = ix.run_start - ix.user_start >= ev.min_history
+        self.dropped = dropped_targets(log.user, ix.user_start, in_split, enough,
+                                       ev.min_history)
+        pos = np.flatnonzero(in_split & enough)
         pos = pos[np.argsort(ix.time_rank[pos], kind="stable")]  # time order
         if split == "train" and pos.shape[0] == 0:
             if not in_split.any():
@@ -134,8 +146,11 @@ class InteractionsReader:
         event, item, neg = pos, log.item[pos], np.zeros(len(pos), np.int64)
         self.undrawn = 0
         if data.negatives is not None:
+            per = data.negatives.eval_per_positive if split == "eval" else None
+            negatives = data.negatives if per is None else \
+                dataclasses.replace(data.negatives, per_positive=per)
             n = sample_negatives(log.user, log.item, log.time, pos[label > 0.5],
-                                 np.flatnonzero(~is_eval), data.negatives,
+                                 np.flatnonzero(~is_eval), negatives,
                                  salt=0 if split == "train" else 1)
             self.undrawn = n.undrawn
             neg = np.concatenate([neg, np.ones(len(n.event), np.int64)])
@@ -220,7 +235,7 @@ class InteractionsReader:
                 f"from {self.log.num_events:,} events")
         if self.undrawn:
             line += f"; {self.undrawn:,} negatives undrawn (users who saw almost every item)"
-        return line
+        return line + self.dropped.describe(self.events.min_history)
 
 
 def _item_features(log: InteractionLog):  # noqa: ANN202 (a closure over the log)

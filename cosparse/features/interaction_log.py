@@ -11,6 +11,8 @@ positive (implicit feedback, for ``data.negatives``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow.parquet as pq
 
@@ -38,8 +40,34 @@ _LOGS: dict[str, InteractionLog] = {}
 
 
 def interactions_reader(data: DataConfig, split: Split) -> InteractionsReader:
-    """The reader of one split of ``data``'s log."""
-    return InteractionsReader(load_interactions(data), data, split)
+    """The reader of one split of ``data``'s log (with ``data.eval_path``: of both files' log,
+    whose eval targets are the eval file's events)."""
+    log = load_interactions(data)
+    if data.eval_path is not None:
+        log = with_eval_file(log, load_interactions(dataclasses.replace(data,
+                                                                        path=data.eval_path)),
+                             data.eval_path)
+    return InteractionsReader(log, data, split)
+
+
+def with_eval_file(train: InteractionLog, eval_: InteractionLog, eval_path: str
+                   ) -> InteractionLog:
+    """One log of the training file's events and the eval file's, these marked as the eval
+    targets (their histories hold both files' earlier events; file order: train, then eval)."""
+    if (train.label is None) != (eval_.label is None) or \
+            set(train.features) != set(eval_.features):
+        raise DataError(f"{eval_path}: the eval file must have the training file's label and "
+                        f"item columns (data.eval_path)")
+    shift = int(train.row.max()) + 1 if train.num_events else 0
+
+    def both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.concatenate([a, b])
+    merged = _sorted(both(train.user, eval_.user), both(train.item, eval_.item),
+                     both(train.time, eval_.time), both(train.row, eval_.row + shift),
+                     None if train.label is None else both(train.label, eval_.label),
+                     {f: both(train.features[f], eval_.features[f]) for f in train.features},
+                     train.bad_records + eval_.bad_records)
+    return dataclasses.replace(merged, eval_mask=merged.row >= shift)
 
 
 def load_interactions(data: DataConfig) -> InteractionLog:

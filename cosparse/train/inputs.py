@@ -22,9 +22,9 @@ from cosparse.config import (
     SplitConfig,
 )
 from cosparse.config.model import validate_model
-from cosparse.data import make_reader
 from cosparse.data.reader import Reader
 from cosparse.data.split import Split
+from cosparse.train.eval_file import eval_file_line, file_readers
 
 if TYPE_CHECKING:  # the feature platform is imported only by runs that use it
     from cosparse.features import FeatureSet, RawSource
@@ -107,9 +107,18 @@ def raw_source(data: DataConfig, split: Split) -> RawSource:
     """The raw columns of ``data`` for the feature platform (and ``data.columns``)."""
     from cosparse.features import CriteoRawSource, EventLogRawSource
 
+    if data.reader == "criteo_tsv" and data.eval_path is not None:  # a file each
+        return CriteoRawSource(data.eval_path if split == "eval" else data.path,
+                               data.batch_size, "train", 0.0, data.on_bad_record,
+                               None if split == "eval" else data.shuffle)
     if data.reader == "criteo_tsv":
         return CriteoRawSource(data.path, data.batch_size, split, data.eval_fraction,
                                data.on_bad_record, data.shuffle)
+    if data.reader in ("csv", "parquet") and data.eval_path is not None:  # a file each
+        if split == "eval":
+            return _table_source(dataclasses.replace(data, path=data.eval_path), "train",
+                                 data.batch_size)
+        return _table_source(data, split, data.batch_size, None, data.shuffle)
     if data.reader in ("csv", "parquet"):
         return _table_source(data, split, data.batch_size, split_rows(data, split)[0],
                              data.shuffle)
@@ -183,8 +192,10 @@ def column_inputs(cfg: Config) -> ModelInputs:
     cols = cfg.data.columns or ColumnsConfig()
     train = ColumnMapReader(raw_source(cfg.data, "train"), cols)
     cfg = _auto_features(cfg, train)
-    return ModelInputs(cfg, train, ColumnMapReader(raw_source(cfg.data, "eval"), cols),
-                       [split_rows(cfg.data, "train")[1]])
+    eval_source = raw_source(cfg.data, "eval")
+    line = (eval_file_line(cfg.data, train.source, eval_source) if cfg.data.eval_path
+            else split_rows(cfg.data, "train")[1])  # (the eval file checked before it is read)
+    return ModelInputs(cfg, train, ColumnMapReader(eval_source, cols), [line])
 
 
 def _auto_features(cfg: Config, train: Reader) -> Config:
@@ -259,11 +270,12 @@ def model_inputs(cfg: Config) -> ModelInputs:
                               "features.spec (the versions it must match)")
         if cfg.data.reader == "csv" or cfg.data.columns is not None:
             return column_inputs(cfg)
-        return ModelInputs(cfg, make_reader(cfg.data, "train"), make_reader(cfg.data, "eval"))
+        return ModelInputs(cfg, *file_readers(cfg.data))
     registry = load_registry(cfg)
     cfg, sparse, dense = consumer_features(cfg, registry)
     notes = ([split_rows(cfg.data, "train")[1]]
-             if cfg.data.reader in ("csv", "parquet") and not cfg.features.materialized else [])
+             if cfg.data.reader in ("csv", "parquet") and not cfg.features.materialized
+             and cfg.data.eval_path is None else [])
     return ModelInputs(cfg, featurized_reader(cfg, registry, sparse, dense, "train"),
                        featurized_reader(cfg, registry, sparse, dense, "eval"), notes)
 
