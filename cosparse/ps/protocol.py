@@ -69,9 +69,10 @@ OP_SNAPSHOT = 6
 OP_STATS = 7
 OP_DUMP = 8  # every row of a table with its state: (ids, rows)
 OP_HELLO = 9  # HMAC mode: open a session (client nonce in, session nonce out)
+OP_CLEAR = 10  # drop every table of one namespace (``cosparse train --fresh``; ``run_ids``)
 OP_NAMES = {OP_PING: "PING", OP_REGISTER: "REGISTER", OP_PULL: "PULL", OP_PUSH: "PUSH",
             OP_PUSH_ROWS: "PUSH_ROWS", OP_SNAPSHOT: "SNAPSHOT", OP_STATS: "STATS", OP_DUMP: "DUMP",
-            OP_HELLO: "HELLO"}
+            OP_HELLO: "HELLO", OP_CLEAR: "CLEAR"}
 
 # --- flags ------------------------------------------------------------------------------------
 FLAG_REPLY = 1 << 0
