@@ -119,18 +119,18 @@ def test_resume_with_another_runs_data_dir_is_refused_naming_both_runs_and_paths
     cfg_x = _config(tmp_path, {"data_dir": str(ps_x)}, ck_x, "x")
     assert main(["train", "--config", cfg_x]) == 0
     assert main(["train", "--config", _config(tmp_path, {"data_dir": str(ps_y)}, ck_y, "y")]) == 0
-    run_x, run_y = (read_meta(c)["ps"]["run_id"] for c in (ck_x, ck_y))
-    assert run_x != run_y
     assert read_meta(ck_x)["ps"]["snapshots"] == read_meta(ck_y)["ps"]["snapshots"]  # alike
-    manifest = json.loads((ps_y / "shard-0" / "snapshots" / read_meta(ck_y)["ps"]["snapshots"][0]
-                           / "manifest.json").read_text())
-    assert manifest["run_ids"] == {"default": run_y}
     capsys.readouterr()
 
     mixed = _config(tmp_path, {"data_dir": str(ps_y)}, ck_x, "mixed")  # X's checkpoints, Y's PS data
     assert main(["train", "--config", mixed, "--resume", str(ck_x), "--steps", "4"]) \
         == exits.CHECKPOINT
     err = capsys.readouterr().err
+    run_x, run_y = (read_meta(c)["ps"]["run_id"] for c in (ck_x, ck_y))
+    assert run_x != run_y
+    manifest = json.loads((ps_y / "shard-0" / "snapshots" / read_meta(ck_y)["ps"]["snapshots"][0]
+                           / "manifest.json").read_text())
+    assert manifest["run_ids"] == {"default": run_y}
     assert "cosparse: checkpoint error:" in err and run_x in err and run_y in err, err
     assert str(ck_x / "step_00000002") in err and str(ps_y / "shard-0") in err, err
 
