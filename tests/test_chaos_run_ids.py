@@ -67,6 +67,10 @@ def _start_shards(root: Path) -> tuple[list[subprocess.Popen], list[str]]:
     return procs, [r.read_text().strip() for r in readies]
 
 
+def _final(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])["final"]
+
+
 def _stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         p.kill()
@@ -87,6 +91,7 @@ def test_a_fresh_run_on_external_shards_holding_its_rows_is_refused_and_fresh_cl
             b.push("other", ids, np.ones((300, 4), np.float32), step=1)
             b_rows = b.pull("other", ids).rows
         assert main(["train", "--config", cfg]) == 0  # run 1: a snapshot at step 2
+        loss1 = _final(capsys.readouterr().out)["loss"]
         _stop(procs)  # the shards restart: they restore their newest snapshot, run 1's rows
         procs, endpoints2 = _start_shards(ps)
         cfg = _config(tmp_path, {"embedded": False, "endpoints": endpoints2, "namespace": "a"}, ck)
@@ -101,6 +106,7 @@ def test_a_fresh_run_on_external_shards_holding_its_rows_is_refused_and_fresh_cl
         assert main(["train", "--config", cfg, "--fresh"]) == 0
         out = capsys.readouterr()
         assert "--fresh: dropped" in out.out + out.err and "namespace 'a'" in out.out + out.err
+        assert _final(out.out)["loss"] == loss1  # trained from clean rows, as run 1 did
         with PSClient(endpoints2, timeout_s=10, namespace="b") as b:  # untouched by the clear
             got = b.pull("other", ids)
             np.testing.assert_array_equal(got.rows, b_rows)

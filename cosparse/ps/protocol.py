@@ -9,8 +9,8 @@ A message is a list of ZeroMQ frames::
   step of a push, the write counter of a pull reply, the shard index of a pong), an error code,
   the number of arrays, and per array its dtype code, rank (1 or 2) and shape.
 * ``text`` is UTF-8: a table name (``NAMESPACE/TABLE``; a bare ``TABLE`` is in namespace
-  ``default``, see ``namespaces``), a snapshot name, a JSON document (REGISTER, STATS) or an error
-  message. At most ``MAX_TEXT`` bytes.
+  ``default``, see ``namespaces``), a snapshot name, a namespace (CLEAR), a JSON document
+  (REGISTER, STATS) or an error message. At most ``MAX_TEXT`` bytes.
 * each array frame holds exactly ``prod(shape) * itemsize`` bytes, read with ``np.frombuffer``
   (zero copy, read-only).
 * ``mac`` (only with ``FLAG_HMAC``): HMAC-SHA256, with a shared secret, of the session nonce and
