@@ -102,9 +102,11 @@ def check_run(client: PSClient, meta: dict[str, Any], data_dir: Path | None) -> 
                      if data_dir is not None else
                      f"the snapshot {snap} of PS shard {i} at {client.endpoints[i]}")
             ck = meta.get("checkpoint") or "the checkpoint"
+            fix = (f"set store.remote.data_dir to run {want}'s" if data_dir is not None else
+                   f"restart the shards on run {want}'s data dir (`cosparse ps serve --data-dir "
+                   f"DIR --restore {snap}`)")
             raise SnapshotMismatch(
                 f"checkpoint {ck} belongs to run {want}, but {where} holds the rows of "
                 f"namespace '{ns}' of run {have}: the snapshot names match, the runs do not "
                 "(each data dir numbers its snapshots alike); refused, nothing was trained. "
-                f"Resume with the store.remote.data_dir (or shards) of run {want}, or start over "
-                "with `cosparse train --fresh`")
+                f"To resume, {fix}; or start over with `cosparse train --fresh`")
