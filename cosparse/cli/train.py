@@ -88,7 +88,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--resume", default=None, help="checkpoint dir (or root with LATEST) to resume")
     start.add_argument("--fresh", action="store_true",
                        help="start at step 0 even though store.remote.data_dir holds an earlier "
-                            "run's PS snapshots: discard them, and the checkpoints that name them")
+                            "run's PS snapshots: discard them, and the checkpoints that name them "
+                            "(external shards: drop this run's namespace's tables there)")
     t.add_argument("--data", default=None, help="override data.path")
     t.add_argument("--no-progress", action="store_true", help="plain log lines, no progress bar")
     t.set_defaults(func=_train)

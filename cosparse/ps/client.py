@@ -54,6 +54,7 @@ from cosparse.ps.connections import ShardConnections
 from cosparse.ps.errors import PSAccessDenied, PSAuthError, PSError, PSFull, PSNonFinite, PSUnavailable
 from cosparse.ps.keys import read_key_file
 from cosparse.ps.namespaces import DEFAULT_NAMESPACE
+from cosparse.ps.run_ids import run_doc_array
 
 __all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "MAX_SESSION_RETRIES", "ClientCounters", "PSAccessDenied",
            "PSAuthError", "PSClient", "PSError", "PSFull", "PSNonFinite", "PSUnavailable", "PullResult"]
@@ -221,12 +222,22 @@ class PSClient:
         """``push_rows`` of several (table, ids, rows) in one round trip."""
         return self._write_many(P.OP_PUSH_ROWS, [(t, i, r, 0) for t, i, r in writes])
 
-    def snapshot(self, name: str = "", incremental: bool = False) -> dict[int, str]:
+    def snapshot(self, name: str = "", incremental: bool = False, run_id: str | None = None
+                 ) -> dict[int, str]:
         """Every shard snapshots into its data dir (or the sub-directory ``name``); returns the
-        snapshot name per shard."""
+        snapshot name per shard. ``run_id``: the training run this client's namespace's rows
+        belong to, recorded in the snapshot (``cosparse.ps.run_ids``)."""
         flags = P.FLAG_INCREMENTAL if incremental else 0
-        replies = self._call_all(lambda: P.Message(P.OP_SNAPSHOT, flags=flags, text=name))
+        arrays = [] if run_id is None else [run_doc_array(self.namespace, run_id)]
+        replies = self._call_all(lambda: P.Message(P.OP_SNAPSHOT, flags=flags, text=name,
+                                                   arrays=list(arrays)))
         return {i: r.text for i, r in enumerate(replies)}
+
+    def clear(self) -> list[dict]:
+        """Every shard drops the tables of this client's namespace (and its run ID); other
+        namespaces' tables stay. Returns each shard's ``{namespace, tables, rows}`` dropped."""
+        ns = self.namespace
+        return [json.loads(r.text) for r in self._call_all(lambda: P.Message(P.OP_CLEAR, text=ns))]
 
     def stats(self) -> list[dict]:
         """Each shard's STATS: rows, bytes in/out, requests, queue depth, write counter, limits."""

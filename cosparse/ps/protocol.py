@@ -9,8 +9,8 @@ A message is a list of ZeroMQ frames::
   step of a push, the write counter of a pull reply, the shard index of a pong), an error code,
   the number of arrays, and per array its dtype code, rank (1 or 2) and shape.
 * ``text`` is UTF-8: a table name (``NAMESPACE/TABLE``; a bare ``TABLE`` is in namespace
-  ``default``, see ``namespaces``), a snapshot name, a JSON document (REGISTER, STATS) or an error
-  message. At most ``MAX_TEXT`` bytes.
+  ``default``, see ``namespaces``), a snapshot name, a namespace (CLEAR), a JSON document
+  (REGISTER, STATS) or an error message. At most ``MAX_TEXT`` bytes.
 * each array frame holds exactly ``prod(shape) * itemsize`` bytes, read with ``np.frombuffer``
   (zero copy, read-only).
 * ``mac`` (only with ``FLAG_HMAC``): HMAC-SHA256, with a shared secret, of the session nonce and
@@ -69,9 +69,10 @@ OP_SNAPSHOT = 6
 OP_STATS = 7
 OP_DUMP = 8  # every row of a table with its state: (ids, rows)
 OP_HELLO = 9  # HMAC mode: open a session (client nonce in, session nonce out)
+OP_CLEAR = 10  # drop every table of one namespace (``cosparse train --fresh``; ``run_ids``)
 OP_NAMES = {OP_PING: "PING", OP_REGISTER: "REGISTER", OP_PULL: "PULL", OP_PUSH: "PUSH",
             OP_PUSH_ROWS: "PUSH_ROWS", OP_SNAPSHOT: "SNAPSHOT", OP_STATS: "STATS", OP_DUMP: "DUMP",
-            OP_HELLO: "HELLO"}
+            OP_HELLO: "HELLO", OP_CLEAR: "CLEAR"}
 
 # --- flags ------------------------------------------------------------------------------------
 FLAG_REPLY = 1 << 0

@@ -7,7 +7,8 @@ is drained are the queue depth reported by STATS, with the serving thread's CPU 
 refused request gets an error reply (never a crash). The server binds 127.0.0.1 by default; a
 non-loopback bind needs authentication (an HMAC shared secret, ``--auth-key FILE``, or CURVE,
 ``--curve-secret FILE``, or per-namespace HMAC keys, ``--namespaces FILE``: see ``tenancy``).
-On start it restores the newest snapshot chain in ``--data-dir``; SNAPSHOT requests write there.
+On start it restores the newest snapshot chain in ``--data-dir``; SNAPSHOT requests write there
+(naming the trainer's run, ``run_ids``); CLEAR drops one namespace's tables.
 
 Transport (bounds: see ``transport``): plain and ``--auth-key`` shards speak ZMTP themselves
 (``transport``: libzmq cannot bound an incomplete multipart message, and these modes authenticate
@@ -42,6 +43,7 @@ from cosparse.ps.limits import ShardError, ShardLimits
 from cosparse.ps.namespaces import COUNTED_OPS, DEFAULT_NAMESPACE, account
 from cosparse.ps.register_request import parse_register
 from cosparse.ps.reply_buffers import ReplyBuffers
+from cosparse.ps.run_ids import clear_namespace_of, parse_run_doc
 from cosparse.ps.sessions import Sessions
 from cosparse.ps.shard import Shard
 from cosparse.ps.snapshot_format import SnapshotError
@@ -291,7 +293,7 @@ class Server:
             _want(a, 2, op)
             rep.arg = sh.push_rows(req.text, a[0], a[1])
         elif op == P.OP_SNAPSHOT:
-            _want(a, 0, op)
+            run = parse_run_doc(a, ns)  # (namespace, run ID) of the trainer asking, or None
             root = self.data_dir
             if ns is not None:
                 self.tenancy.check_snapshot(ns, req.text)
@@ -299,7 +301,11 @@ class Server:
                 if not NAME_RE.match(req.text) or req.text in (".", ".."):
                     raise ShardError("request", f"SNAPSHOT: bad name {req.text!r}")
                 root = self.data_dir / req.text
-            rep.text = sh.snapshot(root, bool(req.flags & P.FLAG_INCREMENTAL))
+            rep.text = sh.snapshot(root, bool(req.flags & P.FLAG_INCREMENTAL), run)
+            rep.arg = sh.write_counter
+        elif op == P.OP_CLEAR:
+            _want(a, 0, op)
+            rep.text = json.dumps(sh.clear(clear_namespace_of(req.text, ns)))
             rep.arg = sh.write_counter
         elif op == P.OP_DUMP:
             _want(a, 0, op)

@@ -69,6 +69,9 @@ class Shard:
         self.refused_nonfinite = 0  # pushes refused whole: their result would be NaN or infinite
         self.snapshot_seq = 0
         self.last_snapshot: str | None = None
+        self.run_ids: dict[str, str] = {}  # namespace -> the run its rows belong to (``run_ids``)
+        self.full_next = False  # a CLEAR dropped tables: an incremental snapshot would bring
+        # them back from its parent, so the next one is full
         self.lock = threading.Lock()
         self.book = NamespaceBook()  # quotas and request accounting per namespace
         self.threads = threads  # of each table's PULL/PUSH kernels (``ShardTable.threads``)
@@ -297,15 +300,34 @@ class Shard:
             "bytes_held": self.bytes_held,  # against limits.max_bytes
             "refused_nonfinite_pushes": self.refused_nonfinite,
             "last_snapshot": self.last_snapshot,
+            "run_ids": dict(self.run_ids),
             "limits": dataclasses.asdict(self.limits),
             "threads": self.threads,
         }
 
+    def clear(self, namespace: str) -> dict:
+        """Drop every table of ``namespace`` and its run ID (CLEAR: ``cosparse train --fresh``);
+        other namespaces' tables are untouched. Returns the tables and rows dropped."""
+        dropped = sorted(k for k, t in self.tables.items() if t.namespace == namespace)
+        rows = sum(self.tables[k].rows for k in dropped)
+        for k in dropped:
+            del self.tables[k]
+        self.run_ids.pop(namespace, None)
+        self.full_next = self.full_next or bool(dropped)
+        self.write_counter += 1
+        return {"namespace": namespace, "tables": dropped, "rows": rows}
+
     # --- snapshots --------------------------------------------------------------------------
-    def snapshot(self, root: str | Path, incremental: bool = False) -> str:
-        """Write a snapshot under ``root`` atomically; returns its name (``root/LATEST`` too)."""
+    def snapshot(self, root: str | Path, incremental: bool = False,
+                 run: tuple[str, str] | None = None) -> str:
+        """Write a snapshot under ``root`` atomically; returns its name (``root/LATEST`` too).
+        ``run``: (namespace, run ID) of the trainer asking, recorded with every namespace's."""
+        if run is not None:
+            self.run_ids[run[0]] = run[1]
         name, seq = write_snapshot(root, self.tables, self.index, self.num_shards,
-                                   self.write_counter, self.snapshot_seq, incremental)
+                                   self.write_counter, self.snapshot_seq,
+                                   incremental and not self.full_next, self.run_ids)
+        self.full_next = False
         self.snapshot_seq = seq
         self.last_snapshot = name
         return name
@@ -333,6 +355,7 @@ class Shard:
             self.write_counter = int(m["write_counter"])
         self.snapshot_seq = seq_of(latest)
         self.last_snapshot = latest
+        self.run_ids = {str(k): str(v) for k, v in (chain[0][1].get("run_ids") or {}).items()}
         for t in self.tables.values():  # rows created by restore itself are clean
             t.clean()
         return latest

@@ -3,6 +3,10 @@
 Tables are keyed ``NAMESPACE/TABLE`` in the manifest; a snapshot written before namespaces keys
 them ``TABLE``, which restores into ``default`` (``cosparse.ps.namespaces``).
 
+The manifest records the training run each namespace's rows belong to (``run_ids``: namespace
+-> run ID, see ``cosparse.ps.run_ids``; absent in snapshots written before issue 32), so a resume
+refuses another run's rows under the same snapshot names.
+
 Snapshots are directories ``root/snapshots/<seq>-full|incr`` holding ``.npy`` files (IDs, rows
 with state, versions per table) and a JSON manifest with the sha256 and size of every file (sizes
 since issue 31: older manifests are checked by checksum alone), written into
@@ -43,10 +47,12 @@ class SnapshotError(RuntimeError):
 
 
 def write_snapshot(root: str | Path, tables: Mapping[str, ShardTable], shard: int, num_shards: int,
-                   write_counter: int, last_seq: int, incremental: bool) -> tuple[str, int]:
+                   write_counter: int, last_seq: int, incremental: bool,
+                   run_ids: Mapping[str, str] | None = None) -> tuple[str, int]:
     """Write the tables' rows (only the dirty ones when ``incremental`` and there is a parent)
     into a new snapshot under ``root`` and point ``root/LATEST`` at it; the rows written are
-    clean afterwards. Returns (its name, its sequence number, above ``last_seq``)."""
+    clean afterwards. ``run_ids``: the run each namespace's rows belong to (``run_ids``),
+    recorded in the manifest. Returns (its name, its sequence number, above ``last_seq``)."""
     root = Path(root)
     snaps = root / "snapshots"
     snaps.mkdir(parents=True, exist_ok=True)
@@ -64,7 +70,8 @@ def write_snapshot(root: str | Path, tables: Mapping[str, ShardTable], shard: in
                     "kind": "incremental" if incremental else "full",
                     "parent": parent if incremental else None, "seq": seq,
                     "shard": shard, "num_shards": num_shards,
-                    "write_counter": write_counter, "tables": {}}
+                    "write_counter": write_counter, "run_ids": dict(run_ids or {}),
+                    "tables": {}}
         for i, (tname, t) in enumerate(sorted(tables.items())):
             occ = t.occupied_slots()
             slots = occ[t.dirty] if incremental else occ

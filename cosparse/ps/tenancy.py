@@ -19,6 +19,7 @@ acts as that namespace (``Tenancy.check_*``):
 * SNAPSHOT: a snapshot of the whole shard (every namespace: what a restart restores) in the data
   dir, which never replaces an earlier one; a named one only in a sub-directory of the
   namespace's own (``NS`` or ``NS.SUFFIX``).
+* CLEAR: drops the tables of its own namespace only (``cosparse train --fresh``).
 * STATS: the shard's totals (requests, bytes, rows held, limits), but of the tables and
   namespaces only its own and the tables it may read.
 
@@ -160,6 +161,7 @@ class Tenancy:
         out = dict(stats)
         out["tables"] = {k: v for k, v in stats.get("tables", {}).items() if readable(k)}
         out["namespaces"] = {k: v for k, v in stats.get("namespaces", {}).items() if k == namespace}
+        out["run_ids"] = {k: v for k, v in stats.get("run_ids", {}).items() if k == namespace}
         return out
 
 

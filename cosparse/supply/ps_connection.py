@@ -4,8 +4,10 @@ It starts embedded ``cosparse ps serve`` processes (in ``store.remote.data_dir``
 directory removed at close) or reaches external shards (listed, or found through a TCPStore),
 and holds the client. It takes the shards' snapshots for a checkpoint, prunes the ones no
 checkpoint names, restarts embedded shards from a checkpoint's snapshots (or checks that
-external ones were), refuses to start a fresh run on an earlier run's snapshots, and counts
-every byte on the trainer's sockets across restarts.
+external ones were), refuses to start a fresh run on an earlier run's snapshots (embedded) or
+rows (external shards, which restore their newest snapshot), refuses to resume from another
+run's snapshots (``run_id``: ``ps_ownership``), and counts every byte on the trainer's sockets
+across restarts.
 """
 
 from __future__ import annotations
@@ -16,11 +18,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cosparse.config import Config, ConfigError
+from cosparse.config import Config
 from cosparse.owner import owner_tag
 from cosparse.ps import EmbeddedShards, PSClient, snapshots
-from cosparse.ps.discovery import discover, store_address_from_env
 from cosparse.supply.leftovers import earlier_snapshots, stale_snapshots_error
+from cosparse.supply.ps_ownership import (
+    check_run,
+    external_endpoints,
+    held_rows,
+    new_run_id,
+    stale_rows_error,
+)
 from cosparse.supply.types import PathContext, SnapshotMismatch
 
 _COUNTED = ("bytes_pull", "bytes_push", "requests", "wait_s")
@@ -35,6 +43,9 @@ class PSConnection:
         self.client: PSClient | None = None
         self._tmp: str | None = None
         self.earlier: dict[str, str] = {}  # an earlier run's snapshots: refused unless resumed
+        # external shards: rows of this namespace they held when reached (refused unless resumed)
+        self.held: dict[int, tuple[int, str | None]] = {}
+        self.run_id = new_run_id()  # this run's: named in its snapshots, kept across resumes
         self._base = dict.fromkeys(_COUNTED, 0.0)  # counters of clients a restore replaced
 
     def start(self, restore: list[str] | None = None) -> None:
@@ -58,17 +69,12 @@ class PSConnection:
                 self.client = self.shards.client(remote.timeout_s, remote.heartbeat_s,
                                                  self.ctx.links.trainer_ps)
                 return
-            endpoints = remote.endpoints
-            if remote.discovery == "tcpstore":
-                address = remote.tcpstore or store_address_from_env()
-                if address is None:
-                    raise ConfigError("store.remote.tcpstore: not set and MASTER_ADDR/"
-                                      "MASTER_PORT are not in the environment (not torchrun)")
-                endpoints = discover(address, remote.num_shards, remote.timeout_s)
+            endpoints = external_endpoints(self.cfg)
             self.client = PSClient(endpoints, remote.timeout_s, remote.heartbeat_s,
                                    auth_key=remote.auth_key, link=self.ctx.links.trainer_ps,
                                    namespace=remote.namespace_name, quota=self.quota)
             self.client.register(self.cfg.tables)
+            self.held = held_rows(self.client)
         except BaseException:
             self.close()
             raise
@@ -96,15 +102,18 @@ class PSConnection:
     def refuse_stale(self) -> None:
         if self.earlier:  # not resumed from them: this run would train on old rows
             raise stale_snapshots_error(self.cfg, self.earlier)
+        if self.held:
+            assert self.client is not None
+            raise stale_rows_error(self.cfg, self.client.endpoints, self.held)
 
     def snapshot(self, full: bool) -> dict[str, Any]:
         """Every shard snapshots its rows (incremental unless ``full``, when the config asks for
         incremental ones); returns what the checkpoint records."""
         assert self.client is not None
         incremental = self.cfg.train.checkpoint.incremental and not full
-        names = self.client.snapshot(incremental=incremental)
+        names = self.client.snapshot(incremental=incremental, run_id=self.run_id)
         n = self.client.num_shards
-        return {"num_shards": n, "snapshots": [names[i] for i in range(n)]}
+        return {"num_shards": n, "snapshots": [names[i] for i in range(n)], "run_id": self.run_id}
 
     def prune(self, metas: list[dict[str, Any]]) -> None:
         """Keep the snapshots that ``metas`` (the checkpoints on disk) name, each with the chain
@@ -120,9 +129,10 @@ class PSConnection:
 
     def restore(self, meta: dict[str, Any], endpoints: list[str] | None = None) -> bool:
         """Bring the PS to the snapshots ``meta`` names: restart embedded shards from them
-        (True: the client is new), or check that external shards were restarted from them.
-        ``endpoints``: another process restarted them there (rank 0 of many ranks): reach them
-        and check (True)."""
+        (True: the client is new), or check that external shards were restarted from them; either
+        way their rows must be of ``meta``'s run (``check_run``; ``meta["checkpoint"]``: its
+        path, for the message), whose ID this run goes on with. ``endpoints``: another process
+        restarted them there (rank 0 of many ranks): reach them and check (True)."""
         if endpoints is not None:
             self._reach(endpoints)
         remote, names = self.cfg.store.remote, meta["snapshots"]
@@ -138,11 +148,21 @@ class PSConnection:
                         f"PS shard {i} at {self.client.endpoints[i]} holds snapshot "
                         f"{st.get('last_snapshot')!r}; this checkpoint needs {names[i]!r}: "
                         f"restart it with `cosparse ps serve ... --restore {names[i]}`")
+            check_run(self.client, meta, None)
+            self._go_on(meta)
             return endpoints is not None
         self.earlier = {}  # the run they belong to goes on
         self._stop_shards()
         self.start(restore=names)
+        assert self.client is not None
+        check_run(self.client, meta, self.data_dir)
+        self._go_on(meta)
         return True
+
+    def _go_on(self, meta: dict[str, Any]) -> None:
+        """The checkpoint's run goes on: its rows are this run's, and so is its ID."""
+        self.held = {}
+        self.run_id = meta.get("run_id") or self.run_id
 
     def _reach(self, endpoints: list[str]) -> None:
         """Stop what this connection started, and reach the shards at ``endpoints``."""

@@ -5,6 +5,11 @@ Every file is fsynced before the rename that commits it (``dense.pt``, the table
 then ``LATEST``), and so are the directories. The temporary directory is
 ``.tmp-step_NNNNNNNN-<owner tag>`` (``cosparse.owner``): a save killed halfway leaves it, and the
 next run sweeps it once its owner is gone (``sweep_checkpoints``).
+
+A checkpoint whose rows live on the PS records the shards' snapshots and the run's ID in
+``meta["ps"]`` (``{num_shards, snapshots, run_id, step, history}``, from ``before_commit``): the ID
+is made at a fresh start and kept across resumes, and a resume onto PS snapshots of another run
+is refused (``cosparse.supply.ps_ownership.check_run``).
 """
 
 from __future__ import annotations

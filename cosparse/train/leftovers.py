@@ -5,17 +5,20 @@
   (``cosparse.supply.leftovers``), and their half-written checkpoints. A live run's are never
   touched.
 - ``discard_earlier_run`` (``cosparse train --fresh``): removes an earlier run's PS snapshots in
-  the embedded data dir, and the checkpoints that name them, and says so.
+  the embedded data dir, and the checkpoints that name them, and says so; on external shards it
+  drops this run's namespace's tables (``cosparse.supply.ps_ownership``).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from cosparse.config import Config
 from cosparse.supply.leftovers import discard_snapshots, sweep_path_leftovers
+from cosparse.supply.ps_ownership import clear_external
 from cosparse.train.checkpoint import (
     BEST_STATE,
     CheckpointError,
@@ -39,8 +42,13 @@ def discard_earlier_run(cfg: Config, log: Callable[[str], None]) -> None:
     """``--fresh``: remove the PS snapshots in the embedded data dir, and the checkpoints of
     ``train.checkpoint.dir`` (and its best evaluation's, ``train.keep_best``) that name PS
     snapshots (they could not be resumed without them, and a new run's snapshots will reuse
-    their names); log what was removed."""
+    their names); log what was removed. External shards: drop this run's namespace's tables
+    there (rank 0 alone, under torchrun), and log that."""
     remote = cfg.store.remote
+    if not remote.embedded and cfg.supply.path != "resident" \
+            and os.environ.get("RANK", "0") == "0":
+        clear_external(cfg, log)
+        return
     if not (remote.embedded and remote.data_dir):
         return
     n = discard_snapshots(cfg)

@@ -127,8 +127,8 @@ class CheckpointRole:
             self._resume_resharded(resolve_checkpoint(path), meta)
             return
         ps_meta = meta.get("ps")
-        if ps_meta is not None:
-            self._restore_ps(ps_meta)
+        if ps_meta is not None:  # (its path: named if the PS holds another run's rows)
+            self._restore_ps({**ps_meta, "checkpoint": str(resolve_checkpoint(path))})
         self._ps_history = _history_at(ps_meta, int(meta["step"]))
         state, dense, tables, _ = load_checkpoint(path)
         self.model.load_state_dict(dense["model"])
@@ -149,7 +149,7 @@ class CheckpointRole:
         writes a checkpoint's rows to the shared PS."""
         ps_meta = meta.get("ps")
         if ps_meta is not None:
-            self._restore_ps(ps_meta)
+            self._restore_ps({**ps_meta, "checkpoint": str(ck)})
         self._ps_history = _history_at(ps_meta, int(meta["step"]))
         sharded = self.ranks is not None and self.ranks.plan is not None
         writes = self.ranks is None or sharded or self.ranks.world.leader
