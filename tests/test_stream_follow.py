@@ -17,6 +17,7 @@ from test_stream import POLL, _raw, _rows, _xs, write_csv
 from cosparse.config import config_from_mapping
 from cosparse.data import BatchStream
 from cosparse.data.errors import DataError
+from cosparse.data.reader import NOT_YET
 from cosparse.data.stream import StreamReader
 from cosparse.train.inputs import stream_file_reader
 from cosparse.train.trainer import Trainer
@@ -121,3 +122,13 @@ def test_a_resumed_stream_keeps_every_files_offset(tmp_path):
     assert t2.progressive.scored == 12 + 4 + 5
     assert t2.state.stream["file"] == "a.csv" and t2.state.stream["rows"] == 21
     assert marks["a.csv"][:2] == [size_a, 16]  # (a's mark: its bytes and rows)
+
+
+def test_a_checkpoint_without_offsets_resumes_after_its_batches(tmp_path):
+    """A position written before offsets were kept (file, rows, batches) still resumes after
+    the batches it trained."""
+    f1 = write_csv(tmp_path, "f1.csv", 0, 20)
+    reader, _ = _reader(tmp_path, idle_timeout_s=0.3)
+    reader.resume({"file": "f1.csv", "mtime_ns": f1.stat().st_mtime_ns, "rows": 8, "batches": 1})
+    tasks = [t for t in reader.tasks(1) if t is not NOT_YET]
+    assert _xs([reader.build(t) for t in tasks]) == list(range(8, 20))

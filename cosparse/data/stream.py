@@ -201,14 +201,14 @@ class StreamReader:
                             "dense): every file of a stream has the same columns")
         source = getattr(reader, "source", None)
         if getattr(source, "line_task", None) is not None and not is_gzip(path):
-            yield from self._line_tasks(path, arrival, source, index)
+            yield from self._line_tasks(path, arrival, source, skip, index)
         else:
             yield from self._whole_tasks(path, arrival, reader, skip, index)
 
-    def _line_tasks(self, path: str, arrival: Arrival, source: Any,
+    def _line_tasks(self, path: str, arrival: Arrival, source: Any, skip: int,
                     index: int) -> Iterator[StreamTask]:
         """The tasks of a line file's whole lines past its mark (all of them, the header
-        skipped, the first time)."""
+        skipped, the first time; after ``skip`` batches, from a checkpoint without offsets)."""
         name, mark = arrival.name, self._marks.get(arrival.name)
         lo, rows = (mark.offset, mark.rows) if mark is not None else (0, 0)
         hi = complete_end(path, lo)
@@ -216,6 +216,9 @@ class StreamReader:
             lo = skip_lines(path, 0, hi, source.header_lines)
             if lo == 0 and source.header_lines:  # (the header is not complete yet)
                 return
+            if skip:
+                done = skip_lines(path, lo, hi, skip * self.batch_size)
+                lo, rows = done, count_newlines(path, lo, done)
         n = count_newlines(path, lo, hi)
         files = {k: m.to_json() for k, m in self._marks.items()}  # (the positions share it)
         if n:
