@@ -32,6 +32,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cosparse import stopping
+
 OK, INTERNAL, USAGE, DATA, PS, WORKER, STALL, CHECKPOINT, NONFINITE = 0, 1, 2, 3, 4, 5, 6, 7, 8
 INTERRUPTED, TERMINATED = 130, 143
 TERM_GRACE_S = 15.0  # after SIGTERM, the cleanup's bound: then the process exits regardless
@@ -48,7 +50,7 @@ class Failure:
     advice: str
 
 
-class Terminated(BaseException):
+class Terminated(stopping.StopRequested):
     """SIGTERM arrived: unwind like Ctrl-C, so every ``finally`` stops its processes."""
 
 
@@ -69,7 +71,7 @@ def _classify(e: BaseException) -> Failure:
 
     if isinstance(e, KeyboardInterrupt):
         return Failure(INTERRUPTED, "interrupted", _RESUME)
-    if isinstance(e, Terminated):
+    if isinstance(e, stopping.StopRequested):  # Terminated, or a wait it gave up
         return Failure(TERMINATED, "terminated (SIGTERM)", _RESUME)
     if isinstance(e, DataError):
         return Failure(DATA, "data error", "fix the record, or set data.on_bad_record: skip")
@@ -136,25 +138,55 @@ def report(e: BaseException, debug: bool = False) -> int:
 
 
 def run_reported(body: Callable[[], int], debug: bool = False) -> int:
-    """Run a command; any failure becomes one line and its exit code. SIGTERM unwinds the
-    command (its ``finally`` blocks stop the processes it started) like Ctrl-C does, within
-    ``TERM_GRACE_S``; a second SIGTERM, or a cleanup that overruns, exits at once with 143."""
+    """Run a command; any failure becomes one line and its exit code. SIGTERM prints its line
+    at once, gives up the waits in flight on other threads (``cosparse.stopping``: a PS call to
+    a hung shard) and unwinds the command (its ``finally`` blocks stop the processes it started)
+    like Ctrl-C does, within ``TERM_GRACE_S``; a second SIGTERM, or a cleanup that overruns,
+    exits at once with 143."""
+
+    signalled: list[bool] = []
 
     def on_term(signum: int, frame: object) -> None:
         # unwind now; if the cleanup itself hangs, exit anyway (the children watch this process)
         signal.signal(signal.SIGTERM, lambda *_: os._exit(TERMINATED))  # a second one: at once
+        signalled.append(True)
         deadline = threading.Timer(TERM_GRACE_S, os._exit, (TERMINATED,))
         deadline.daemon = True
         deadline.start()
-        raise Terminated("SIGTERM")
+        stopping.request("SIGTERM")
+        e = Terminated("SIGTERM")
+        report_now(e)  # (the line comes first, whatever the cleanup takes)
+        raise e
 
     global _debug
     outer_debug, _debug = _debug, debug  # (restored: a command run in-process leaves none)
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        return body()
+        code = body()
     except (Exception, KeyboardInterrupt, Terminated) as e:
-        return report(e, debug)
+        code = report(e, debug)
     finally:
         signal.signal(signal.SIGTERM, previous)
         _debug = outer_debug
+        stopping.clear()
+    if signalled:  # the command's cleanup is done: exit without the interpreter's teardown
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """Run the exit hooks (``atexit``, ``weakref.finalize``: what stops processes and removes
+    files), flush, and exit with ``code`` without tearing the interpreter down: after SIGTERM,
+    the teardown of torch's and the other extensions' modules took seconds on a loaded host
+    (until the grace timer cut it short, past 5 s)."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # (a closed pipe: nothing more to say)
+                pass
+        os._exit(code)

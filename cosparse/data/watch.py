@@ -9,7 +9,8 @@ then by name. The watch keeps a watermark, the (mtime, name) of the last file ta
 files after it are new, which is also how a resumed stream knows the files it has finished. A
 file that appears with an mtime before the watermark (copied with its old mtime kept) arrived
 too late for that order: it is reported once and not taken (touch it to give it a new mtime).
-Files are not modified once complete.
+A file taken that changes later (rows appended: a new mtime) is handed over again; the stream
+then trains only what was appended, or refuses a file rewritten (``cosparse.data.follow``).
 """
 
 from __future__ import annotations

@@ -222,6 +222,11 @@ class CsvRawSource:
         if parts:
             yield CsvTask(tuple(parts), index)
 
+    def line_task(self, first_line: int, num_lines: int, data: bytes, index: int) -> CsvTask:
+        """Task ``index``: ``num_lines`` raw lines of this source's one file from 1-based line
+        ``first_line`` (a stream cuts the lines of a growing file by byte offset itself)."""
+        return CsvTask((CsvPart(self.files[0], first_line, num_lines, data),), index)
+
     def _selected_tasks(self, start_batch: int) -> Iterator[CsvTask]:
         """Batches of ``batch_size`` of the split's rows (shuffled within windows with
         ``data.shuffle``). Each window's lines, from its first row to its last (the rows between

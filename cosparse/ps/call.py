@@ -2,8 +2,9 @@
 
 ``Call`` opens an HMAC session first where a shard has none (HELLO), sends a request again after
 an ``E_SESSION`` reply (at most ``MAX_SESSION_RETRIES`` times), checks every reply's MAC, and on
-every poll slice checks the shards' health (``ShardConnections.check_health``) and the optional
-``watch``. ``ClientCounters`` counts every byte on the sockets, headers included.
+every poll slice checks the shards' health (``ShardConnections.check_health``), the optional
+``watch`` and a stop request (``cosparse.stopping``: SIGTERM gives up the call).
+``ClientCounters`` counts every byte on the sockets, headers included.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from cosparse import waits
+from cosparse import stopping, waits
 from cosparse.link import LinkShaper
 from cosparse.ps import protocol as P
 from cosparse.ps.connections import Pending, ShardConnections
@@ -94,6 +95,7 @@ class Call:
                     if s in events:
                         self._receive(i, s)
                 c.check_health(self.pending.values())
+                stopping.check("a PS request in flight")  # (SIGTERM: never waited out)
                 if self.watch is not None:
                     self.watch()
             if self.link is not None:  # requests and replies cross the link: two messages

@@ -10,6 +10,8 @@ Numba's thread count is per calling thread, so the trainer's own kernels keep th
 
 The consumer's wait is bounded: the thread beats its ``Progress`` for every batch it hands over,
 and a consumer that hears nothing for ``stall_timeout_s`` raises ``StallError`` naming both.
+``close``'s wait for the thread is bounded the same way, and by ``STOP_WAIT_S`` once the process
+is stopping (SIGTERM).
 """
 
 
@@ -23,10 +25,11 @@ from typing import Any
 
 import numba
 
-from cosparse import waits
+from cosparse import stopping, waits
 from cosparse.stall import Progress
 
 _DONE = object()
+STOP_WAIT_S = 1.0  # close's wait for the thread once the process is stopping (SIGTERM)
 
 
 class Prefetcher:
@@ -111,12 +114,25 @@ class Prefetcher:
                                     self._stall_timeout_s)
 
     def close(self) -> None:
+        """Stop the thread and wait for it: bounded by its progress (``StallError`` after
+        ``stall_timeout_s`` of silence) and, once the process is stopping (SIGTERM: its PS call
+        in flight gives up, ``cosparse.stopping``), by ``STOP_WAIT_S``: a daemon thread still
+        busy then is left to the process's exit."""
         self._stop.set()
         if self._thread is not None:
+            t0 = time.monotonic()
+            stop_seen: float | None = None
             while self._thread.is_alive():
                 try:
                     self._queue.get(timeout=0.05)
                 except queue.Empty:
                     pass
+                if stopping.requested():
+                    stop_seen = stop_seen or time.monotonic()
+                    if time.monotonic() - stop_seen >= STOP_WAIT_S:
+                        return
+                else:
+                    self.progress.check("the trainer's close", "the prefetch thread to stop", t0,
+                                        self._stall_timeout_s)
             self._thread.join()
             self._thread = None
