@@ -56,7 +56,7 @@ def test_the_delimiter_is_sniffed_and_said_at_start_up(tmp_path, delimiter):
                            f"sniffed from the first lines of {path}")
 
 
-def test_decimal_commas_do_not_beat_the_semicolon_and_an_explicit_delimiter_wins(tmp_path):
+def test_commas_in_values_do_not_beat_the_delimiter_and_an_explicit_delimiter_wins(tmp_path):
     rows = [[r[0], r[1], r[2], r[3].replace(".", ",")] for r in ROWS]  # "0,5": a comma a row
     path = _write(tmp_path / "eu.csv", ";", rows=rows)
     inputs = model_inputs(_config(path, columns={"label": "click", "drop": ["id"]}))
@@ -66,6 +66,9 @@ def test_decimal_commas_do_not_beat_the_semicolon_and_an_explicit_delimiter_wins
                                         r"id;click;site;price"):
         model_inputs(_config(path, csv={"delimiter": ","}))
     assert delimiter_notes(_config(path, csv={"delimiter": ";"}).data) == []
+    # a comma in a text column of every row of a TSV (csv.Sniffer takes the comma there)
+    tsv = _write(tmp_path / "t.csv", "\t", rows=[r[:2] + [f"{r[2]},x"] + r[3:] for r in ROWS])
+    assert model_inputs(_config(tsv)).train.keys == ["site"]
 
 
 def test_interactions_and_describe_sniff_too(tmp_path, capsys):

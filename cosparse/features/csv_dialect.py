@@ -7,10 +7,10 @@ qualifies when it occurs the same number of times, at least once, on every one o
 text (``data.csv.quote``) left out. Of those that qualify the first in ``CANDIDATES`` order wins
 (a tab before a comma, a comma before a ``|`` list separator, a space last); when none
 qualifies the file is read as before: tab for ``.tsv``/``.tab``, else comma. Python's
-``csv.Sniffer`` was not used: it reads decoded text (we read raw bytes, gzip or not), also
-guesses the quoting, picks between consistent candidates by frequency (so a ``|`` list
-separator or the spaces of a text column can beat the comma) and raises on files it cannot
-decide; a dozen lines of counting is simpler to predict and to document.
+``csv.Sniffer`` was not used: it works on decoded text (we read raw bytes, gzip or not),
+guesses the quoting too, accepts a candidate that is consistent on only most lines, prefers a
+comma to a tab when both qualify (a TSV with a comma in a text column reads wrongly) and raises
+when it cannot decide; a dozen lines of counting is simpler to predict and to document.
 """
 
 from __future__ import annotations
