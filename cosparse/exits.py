@@ -57,7 +57,7 @@ class Terminated(stopping.StopRequested):
 def _classify(e: BaseException) -> Failure:
     """The failure class of ``e`` (imports lazily: ``cosparse --help`` loads no torch)."""
     from cosparse.config import ConfigError
-    from cosparse.data.errors import DataError
+    from cosparse.data.errors import DataError, DataLayoutError
     from cosparse.data.pool import WorkerExited
     from cosparse.optim import NonFiniteUpdate
     from cosparse.ps import protocol
@@ -73,6 +73,8 @@ def _classify(e: BaseException) -> Failure:
         return Failure(INTERRUPTED, "interrupted", _RESUME)
     if isinstance(e, stopping.StopRequested):  # Terminated, or a wait it gave up
         return Failure(TERMINATED, "terminated (SIGTERM)", _RESUME)
+    if isinstance(e, DataLayoutError):  # the message names the key to set
+        return Failure(DATA, "data error", "")
     if isinstance(e, DataError):
         return Failure(DATA, "data error", "fix the record, or set data.on_bad_record: skip")
     if isinstance(e, PSAuthError):

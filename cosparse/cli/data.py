@@ -31,6 +31,8 @@ def _data_describe(args: argparse.Namespace) -> int:
                                columns=dataclasses.replace(
                                    data.columns or ColumnsConfig(), label=None, drop=[]))
     source = raw_source(data, "train")
+    if getattr(source, "delimiter_note", None):
+        print(source.delimiter_note, file=sys.stderr)  # type: ignore[attr-defined]
     types = getattr(source, "types", {c: NAME_OF_KIND[k] for c, k in source.columns.items()})
     print(run_describe(source, types, args.path, label, args.rows, not args.no_progress))
     return 0

@@ -65,15 +65,22 @@ class EventsConfig:
 
 @dataclass
 class CsvConfig:
-    """How ``reader: csv`` splits its lines: ``delimiter`` None picks a tab for ``.tsv`` /
-    ``.tsv.gz`` files and a comma otherwise; ``header`` false names the columns f0, f1, ..."""
+    """How ``reader: csv`` splits its lines: ``delimiter`` None is sniffed (``csv_dialect``);
+    ``header: none`` (or false) reads line 1 as data, the columns ``names`` or f0, f1, ..."""
 
     delimiter: str | None = None
-    header: bool = True
+    header: bool | Literal["none"] = True
+    names: list[str] | None = None  # the columns of a file without a header, in order
     null_values: list[str] = field(default_factory=lambda: ["", "NULL", "null", "NA", "\\N"])
     quote: str | None = '"'  # None: quotes are plain characters
     list_separator: str = "|"  # between the elements of a list<...> column
     infer_rows: int = 1000  # rows of the first file that the column types are inferred from
+
+    def __post_init__(self) -> None:
+        self.header = self.header is True  # "none": no header
+        if self.names is not None and (self.header or len(set(self.names)) < len(self.names)):
+            raise ConfigError("data.csv.names: names each column of a file without a header "
+                              "once (set data.csv.header: none)")
 
 
 ColumnType = Literal["int64", "uint64", "float32", "string", "list<int64>", "list<string>"]

@@ -11,6 +11,11 @@ class DataError(Exception):
     """
 
 
+class DataLayoutError(DataError):
+    """A file that the config's layout keys do not fit (empty, no header, another delimiter):
+    no record is at fault, so the message names the file and the key to set."""
+
+
 def empty_split_message(path: str, total: int, unit: str, eval_fraction: float) -> str:
     """The message of a training split with no records: an empty file, or one that
     ``data.eval_fraction`` leaves nothing of (a run would train 0 steps)."""

@@ -1,9 +1,12 @@
 """``reader: csv``: CSV or TSV files, plain or gzip (one file, a directory or a glob), as a raw
 source of typed columns.
 
-- The column names come from the first file's header (every file's header must match it), or
-  are f0, f1, ... without one. The types are inferred from the first ``data.csv.infer_rows``
-  rows by Arrow's CSV reader (``csv_columns.infer``), and ``data.schema`` overrides them.
+- The delimiter is ``data.csv.delimiter``, or sniffed from the first lines (``csv_dialect``).
+  The column names come from the first file's header (every file's header must match it; a
+  first line that looks like data is refused: ``csv_dialect.header_doubt``), or are
+  ``data.csv.names`` (f0, f1, ... by default) without one. The types are inferred from the
+  first ``data.csv.infer_rows`` rows by Arrow's CSV reader (``csv_columns.infer``), and
+  ``data.schema`` overrides them.
 - The main process cuts the files into tasks of ``batch_size`` raw lines (no parsing; a batch
   may span two files); ``build_raw`` parses one task with Arrow's CSV reader, every needed
   column as text, and converts it (``csv_columns``), so a bad cell is one bad record, named by
@@ -29,11 +32,12 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from cosparse.config import CsvConfig, ShuffleConfig
-from cosparse.data.errors import DataError, empty_split_message
+from cosparse.data.errors import DataError, DataLayoutError, empty_split_message
 from cosparse.data.lines import LineBlock, count_lines, line_chunks
 from cosparse.data.shuffle import shuffled_batches, window_batches
 from cosparse.data.split import Split, num_batches, row_batches, split_range
 from cosparse.features import csv_columns as CC
+from cosparse.features import csv_dialect
 from cosparse.features.types import Column, ColumnKind, RawBatch
 
 OnBadRecord = Literal["fail", "skip"]
@@ -54,10 +58,7 @@ def resolve_files(path: str) -> list[str]:
     return files
 
 
-def _first_lines(path: str, n: int) -> bytes:
-    for _, _, data in line_chunks(path, 1, n, n):
-        return data
-    return b""
+_first_lines = csv_dialect.first_lines
 
 
 @dataclass(frozen=True)
@@ -95,14 +96,16 @@ class CsvRawSource:
         self.path = str(path)
         self.csv = csv = csv or CsvConfig()
         self.files = resolve_files(self.path)
-        self.delimiter = csv.delimiter or (
-            "\t" if self.files[0].endswith((".tsv", ".tsv.gz", ".tab")) else ",")
+        self.delimiter, self.delimiter_note = csv_dialect.pick_delimiter(self.files[0], csv)
         self.header_lines = 1 if csv.header else 0
         self.names = self._names()
         self.types = self._types(schema or {})
         if label is not None and label not in self.names:
+            numbers = csv.header and any(map(csv_dialect.is_number, self.names))
             raise DataError(f"{self.files[0]}: no label column '{label}' (columns: "
-                            f"{', '.join(self.names)}; set data.columns.label)")
+                            f"{', '.join(self.names)}; set data.columns.label" + (
+                                f"; {csv_dialect.no_header_advice(len(self.names))})"
+                                if numbers else ")"))
         unknown = [c for c in exclude if c not in self.names]
         if unknown:
             raise DataError(f"{self.files[0]}: data.columns names columns the file lacks: "
@@ -118,6 +121,8 @@ class CsvRawSource:
         self.row_starts = np.cumsum([0, *self.file_rows[:-1]]).astype(np.int64)
         self.file_offset = dict(zip(self.files, self.row_starts.tolist(), strict=True))
         self.total_rows = total = sum(self.file_rows)
+        if total == 0:
+            raise DataLayoutError(f"{self.path}: a header line and no rows: nothing to read")
         # the split's rows: a range (the last eval_fraction evaluate), or ``rows`` (data.split)
         self.rows = None if rows is None else np.asarray(rows, np.int64)
         if self.rows is None:
@@ -149,18 +154,25 @@ class CsvRawSource:
                 timestamp_parsers=[]))
 
     def _names(self) -> list[str]:
+        first = _first_lines(self.files[0], 1)
+        if not first.strip():
+            raise DataLayoutError(f"{self.files[0]}: the file is empty (no header, no rows)"
+                                  if not first else f"{self.files[0]}: line 1 is blank")
         if not self.csv.header:
-            first = self._read(_first_lines(self.files[0], 1), None)
-            return [f"f{i}" for i in range(first.num_columns)]
-        headers = [_first_lines(f, 1) for f in self.files]
+            count = self._read(first, None).num_columns
+            names = self.csv.names
+            if names is not None and len(names) != count:
+                raise DataLayoutError(f"{self.files[0]}: {count} columns on line 1, but "
+                                      f"data.csv.names names {len(names)}")
+            return list(names) if names is not None else [f"f{i}" for i in range(count)]
+        headers = [first] + [_first_lines(f, 1) for f in self.files[1:]]
         for f, h in zip(self.files[1:], headers[1:], strict=True):
             if h.rstrip(b"\r\n") != headers[0].rstrip(b"\r\n"):
                 raise DataError(f"{f}: its header differs from {self.files[0]}'s")
         names = self._read(headers[0] + b"\n" if headers[0] else b"", None).column_names
-        if not names:
-            raise DataError(f"{self.files[0]}: no header line")
-        if len(set(names)) != len(names):
-            raise DataError(f"{self.files[0]}: a column name appears twice in the header")
+        doubt = csv_dialect.header_doubt(self.files[0], names)
+        if doubt:
+            raise DataLayoutError(doubt)
         return names
 
     def _types(self, schema: dict[str, str]) -> dict[str, str]:

@@ -40,6 +40,7 @@ from cosparse.supply.paths import make_supply_path
 from cosparse.supply.types import PathContext
 from cosparse.train.checkpoint import TrainState
 from cosparse.train.cpu_budget import apply_cpu, cpu_shares
+from cosparse.train.data_notes import data_notes
 from cosparse.train.dense import make_dense_optimizer, pick_device, warm_up_vector_math
 from cosparse.train.din_overlap import warn_din_without_overlap
 from cosparse.train.early_stop import EarlyStopper
@@ -109,6 +110,8 @@ class Trainer(SetupRole, CheckpointRole, EvaluationRole, ReportingRole, StreamRo
         if st is not None:
             self.train_reader.log = self.log
         check_table_features(cfg, self.train_reader)
+        for note in data_notes(cfg, self.train_reader):
+            self.log(note)
         self.model = build_model(cfg, self.train_reader.num_dense, self.device)
         self.links = Links.from_config(cfg.network)
         # many ranks (torchrun): this rank's shards are the tables its supply path places
