@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from cosparse import exits
@@ -26,6 +27,8 @@ from cosparse.cli import main
 from cosparse.config import OptimizerConfig, TableConfig
 from cosparse.ps import PSClient
 from cosparse.train.checkpoint import read_meta
+
+pytestmark = pytest.mark.chaos  # the fault suite: pytest -m chaos
 
 OTHER = TableConfig("other", dim=4, optimizer=OptimizerConfig(kind="sgd", lr=0.1), seed=2)
 

@@ -20,10 +20,13 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from proctree import cmdline, descendants, kill_all, wait_gone
 from test_chaos_report import _config as _report_config
 from test_chaos_report import _lines
+
+pytestmark = pytest.mark.chaos  # the fault suite: pytest -m chaos
 
 CLI = [sys.executable, "-m", "cosparse.cli", "train", "--no-progress"]
 LIMIT_S = 5.0
