@@ -96,7 +96,7 @@ def read_table(data: DataConfig, cols: ColumnsConfig) -> InteractionLog:
     if missing:
         raise DataError(f"{path}: data.columns names columns the file lacks: "
                         f"{', '.join(missing)} (columns: {', '.join(names)})")
-    label = cols.label if cols.label in names else None
+    label = cols.label if cols.label.column in names else None
     source = (ParquetRawSource(path, 1 << 16, "train", 0.0, data.on_bad_record, label,
                                columns=wanted) if parquet
               else CsvRawSource(path, 1 << 16, "train", 0.0, data.on_bad_record, data.csv,
