@@ -56,8 +56,8 @@ def test_minus_one_one_labels_map_by_a_positive_list(tmp_path):
 def test_without_a_mapping_the_bad_label_suggests_one(tmp_path):
     p = _csv(tmp_path, "y,site", ["-1,a", "1,b"] * 4)
     source = CsvRawSource(p, 8, "train", 0.0, label="y")
-    with pytest.raises(DataError, match=r"x.csv:2: bad label in column y \(expected 0 or 1; "
-                       r"set data.columns.label: \{column: y, positive: \[\.\.\.\]\} or "
+    with pytest.raises(DataError, match=r"x.csv:2: bad label in column y \(expected 0 or 1\): "
+                       r"'-1'; set data.columns.label: \{column: y, positive: \[\.\.\.\]\} or "
                        r"\{column: y, threshold: x\}"):
         source.build_raw(next(source.tasks()))
 
@@ -105,7 +105,7 @@ def test_parquet_labels_map_by_threshold_and_positive(tmp_path):
     b = s.build_raw(next(s.tasks()))
     assert b.labels.tolist() == [1, 0, 1] and b.bad_records == 1  # (a null label)
     s = ParquetRawSource(tmp_path / "x.parquet", 8, "train", 0.0, label="stars")
-    with pytest.raises(DataError, match=r"row 1 \(0-based\): bad label \(expected 0 or 1; set "
+    with pytest.raises(DataError, match=r"row 1 \(0-based\): bad label stars 4; set "
                        r"data.columns.label: \{column: stars, positive"):
         s.build_raw(next(s.tasks()))
 

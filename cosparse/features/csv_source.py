@@ -352,7 +352,9 @@ class CsvRawSource:
             r = int(np.flatnonzero(bad_any)[0])
             col = next(c for c, b in firsts if b[r])
             path, line = self._where(int(row_of[r]))
-            raise DataError(f"{path}:{line}: {self._what(col)} {table.column(col)[r].as_py()!r}")
+            hint = label_map.bad_label_hint(self.label_rule) if col == self.label else ""  # type: ignore[arg-type]
+            raise DataError(f"{path}:{line}: {self._what(col)} {table.column(col)[r].as_py()!r}"
+                            f"{hint}")
         if n_bad:
             keep = ~bad_any
             labels, row_of = labels[keep], row_of[keep]

@@ -79,9 +79,12 @@ def arrow_labels(arr: pa.Array, rule: LabelConfig) -> tuple[np.ndarray, np.ndarr
 
 def bad_label_note(rule: LabelConfig) -> str:
     """Why a label value is a bad record, for the message naming it."""
-    if rule.mapped:
-        return f"missing or not a number; {rule.describe()}"
-    return f"expected 0 or 1; {mapping_hint(rule.column)}"
+    return f"missing or not a number; {rule.describe()}" if rule.mapped else "expected 0 or 1"
+
+
+def bad_label_hint(rule: LabelConfig) -> str:
+    """What to set, after the message naming a label value that is not 0/1 ("" when mapped)."""
+    return "" if rule.mapped else f"; {mapping_hint(rule.column)}"
 
 
 def _numbers(values: list[LabelValue], column: str) -> np.ndarray:

@@ -180,7 +180,8 @@ class LibsvmRawSource(CsvRawSource):
             what = ("an empty line" if empty[r]
                     else f"a malformed token (expected {shape})" if malformed[r]
                     else f"bad label {t.label[r].as_py()!r} "
-                         f"({label_map.bad_label_note(self.label_rule)})")  # type: ignore[arg-type]
+                         f"({label_map.bad_label_note(self.label_rule)})"  # type: ignore[arg-type]
+                         f"{label_map.bad_label_hint(self.label_rule)}")  # type: ignore[arg-type]
             raise DataError(f"{path}:{line}: {what} (or data.on_bad_record: skip)")
         cols = {c: self._column(c, t, index.values, n) for c in names}
         keep = ~bad

@@ -332,11 +332,12 @@ class ParquetRawSource:
             if self.on_bad_record == "fail":
                 r = int(np.flatnonzero(bad_any)[0])
                 col = next(c for c, b in firsts if b[r])
-                what = (f"bad label ({label_map.bad_label_note(self.label_rule)})"  # type: ignore[arg-type]
-                        if col == self.label else "null element in list column")
+                what = "bad label" if col == self.label else "null element in list column"
+                hint = (label_map.bad_label_hint(self.label_rule)  # type: ignore[arg-type]
+                        if col == self.label else "")
                 value = table.column(col)[r].as_py()
                 raise DataError(f"{task.path}: row {int(row_of[r])} (0-based): {what} {col} "
-                                f"{value!r}")
+                                f"{value!r}{hint}")
             keep = ~bad_any
             labels, row_of = labels[keep], row_of[keep]
             cols = {c: col.filter(keep) for c, col in cols.items()}
