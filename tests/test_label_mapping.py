@@ -123,6 +123,9 @@ def test_an_interaction_log_maps_its_ratings(tmp_path):
     log = load_interactions(config_from_mapping(raw).data)
     ratings = np.array([1 + (u + k) % 5 for u in range(8) for k in range(5)])
     assert sorted(log.label.tolist()) == sorted((ratings >= 4).astype(float).tolist())
+    raw["data"]["columns"]["label"] = {"column": "stars", "threshold": 4}
+    with pytest.raises(DataError, match=r"x.csv: no label column 'stars' \(data.columns.label"):
+        load_interactions(config_from_mapping(raw).data)  # (not silently implicit feedback)
 
 
 @pytest.mark.parametrize("label, message", [
