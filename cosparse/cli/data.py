@@ -40,14 +40,15 @@ def _data_describe(args: argparse.Namespace) -> int:
 
 def _data_baseline(args: argparse.Namespace) -> int:
     """``cosparse data baseline``: the AUC a model must beat on the config's own split."""
-    from cosparse.train.baseline import logistic_regression, popularity
+    from cosparse.train.baseline import auto_kind, logistic_regression, popularity
     from cosparse.train.inputs import model_inputs
 
     inputs = model_inputs(load_config(args.config, {"data.path": args.data} if args.data else {}))
     for note in inputs.notes:
         print(note, file=sys.stderr)
     if args.kind == "auto":
-        args.kind = "popularity" if "item" in inputs.train.keys else "logistic"
+        args.kind, why = auto_kind(inputs.train, inputs.cfg.data.negatives is not None)
+        print(f"baseline: {args.kind} ({why})", file=sys.stderr)
     if args.kind == "popularity":
         result = popularity(inputs.train, inputs.eval)
     else:
@@ -75,7 +76,8 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--config", required=True)
     b.add_argument("--data", default=None, help="override data.path")
     b.add_argument("--kind", choices=["auto", "popularity", "logistic"], default="auto",
-                   help="auto: popularity when the samples have an 'item' feature")
+                   help="auto: popularity for implicit feedback with an 'item' feature (sampled "
+                        "negatives, or every label 1), else logistic")
     b.add_argument("--epochs", type=int, default=3, help="logistic: passes over the train split")
     b.add_argument("--lr", type=float, default=0.05, help="logistic: Adagrad's learning rate")
     b.set_defaults(func=_data_baseline)

@@ -22,6 +22,8 @@ from cosparse.config.data import (
     SyntheticConfig,
 )
 from cosparse.config.errors import ConfigError
+from cosparse.config.labels import LabelConfig
+from cosparse.config.libsvm import LibsvmConfig
 from cosparse.config.load import config_from_mapping, load_config, read_config_mapping
 from cosparse.config.mapping import set_dotted
 from cosparse.config.model import DenseOptimizerConfig, DINConfig, ModelConfig
@@ -64,6 +66,8 @@ __all__ = [
     "FeaturesConfig",
     "HostTierConfig",
     "InitConfig",
+    "LabelConfig",
+    "LibsvmConfig",
     "ModelConfig",
     "NegativesConfig",
     "ModelEntry",

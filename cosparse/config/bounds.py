@@ -97,6 +97,7 @@ BOUNDS: dict[str, Bound] = {
     "data.events.synthetic.eval_batches": AT_LEAST_1,
     "data.csv.infer_rows": AT_LEAST_1,
     "data.columns.hash_seed": SEED,
+    "data.columns.label.threshold": FINITE,  # (any rating or score scale)
     "data.split.eval_fraction": FRACTION,
     "data.split.seed": SEED,
     "data.split.at": Bound(-10**18, 10**18),  # (unix milliseconds reach 1e13)

@@ -53,6 +53,9 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         return {_convert(args[0], k, key): _convert(args[1], v, f"{key}.{k}")
                 for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
+        short = getattr(tp, "FROM_STRING", None)  # a scalar that names one field of it
+        if short is not None and isinstance(value, str):
+            value = {short: value}
         return from_dict(tp, value, key)
     if tp is float:
         return _convert_float(value, key)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from cosparse.config.errors import ConfigError
 from cosparse.config.eval_path import validate_eval_path
+from cosparse.config.labels import LabelConfig, as_label, validate_label
+from cosparse.config.libsvm import LibsvmConfig
 from cosparse.config.synthetic import SequenceSyntheticConfig, SyntheticConfig
 
 if TYPE_CHECKING:
@@ -74,12 +76,12 @@ class DatetimeColumn:
 
 @dataclass
 class ColumnsConfig:
-    """Columns to model inputs without a feature spec (``reader: csv``, and ``parquet`` when set):
-    the label, dense columns (float, missing = 0), sparse columns (each value hashed, seeded by
-    ``hash_seed`` and the column's name, to a 63-bit ID; ``auto``: every column not named
-    elsewhere), sequence columns (lists, each element hashed) and columns never read."""
+    """Columns to model inputs without a feature spec (readers csv, libsvm; parquet when set):
+    the label (``config.labels``: 0/1, or mapped to 0/1), dense columns (float, missing = 0),
+    sparse columns (each value hashed, seeded by ``hash_seed`` and the column's name, to a 63-bit
+    ID; ``auto``: every column not named elsewhere), sequences (lists, each element hashed), drops."""
 
-    label: str = "label"
+    label: LabelConfig = field(default_factory=LabelConfig)  # YAML: a name or a mapping
     dense: list[str] = field(default_factory=list)
     sparse: list[str] | Literal["auto"] = "auto"
     sequence: list[str] = field(default_factory=list)
@@ -99,6 +101,9 @@ class ColumnsConfig:
     # columns that name one entity share its ID space: {cate: [hist_cate]} hashes hist_cate's
     # values with cate's seed, so one category is one ID in both (DIN's target and history)
     id_space: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # (code may give the label by its column's name)
+        self.label = as_label(self.label)
 
 
 @dataclass
@@ -156,7 +161,7 @@ class StreamConfig:
 @dataclass
 class DataConfig:
     reader: Literal["synthetic", "criteo_tsv", "parquet", "taobao_events",
-                    "synthetic_sequences", "csv", "interactions"] = "synthetic"
+                    "synthetic_sequences", "csv", "interactions", "libsvm"] = "synthetic"
     path: str | None = None
     batch_size: int = 4096
     workers: int = 0
@@ -170,6 +175,7 @@ class DataConfig:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
     csv: CsvConfig = field(default_factory=CsvConfig)
+    libsvm: LibsvmConfig = field(default_factory=LibsvmConfig)
     schema: dict[str, ColumnType] = field(default_factory=dict)  # column types over inferred ones
     # the columns' roles without a feature spec: needed by parquet files of other columns than
     # Criteo's; csv reads every column not named elsewhere as sparse when it is not given
@@ -221,9 +227,10 @@ def _validate_csv(d: DataConfig) -> None:
     cols = d.columns
     if cols is None:
         return
-    if d.reader not in ("csv", "parquet", "interactions"):
-        raise ConfigError(f"data.columns: maps the columns of readers 'csv', 'parquet' and "
-                          f"'interactions', not '{d.reader}'")
+    if d.reader not in ("csv", "parquet", "interactions", "libsvm"):
+        raise ConfigError(f"data.columns: maps the columns of readers 'csv', 'parquet', "
+                          f"'interactions' and 'libsvm', not '{d.reader}'")
+    validate_label(cols.label, d.reader)
     for col, dt in cols.datetime.items():
         key = f"data.columns.datetime.{col}"
         if not dt.emit:
@@ -234,9 +241,9 @@ def _validate_csv(d: DataConfig) -> None:
             except ValueError:
                 raise ConfigError(f"{key}.since: days_since counts from a YYYY-MM-DD date, got "
                                   f"{dt.since!r}") from None
-        if col == cols.label or col in cols.drop:
+        if col == cols.label.column or col in cols.drop:
             raise ConfigError(f"{key}: column '{col}' is the label or dropped")
-    named: dict[str, str] = {cols.label: "label"}
+    named: dict[str, str] = {cols.label.column: "label"}
     roles = [("dense", cols.dense), ("sequence", cols.sequence), ("drop", cols.drop)]
     if cols.sparse != "auto":
         roles.insert(1, ("sparse", cols.sparse))
@@ -305,9 +312,9 @@ def _validate_split(d: DataConfig) -> None:
             raise ConfigError(f"data.split.by: reader interactions splits by position (the last "
                               f"events in time) or last_per_user, not {s.by}")
         return
-    if d.reader not in ("csv", "parquet") or (d.reader == "parquet" and d.columns is None):
-        raise ConfigError(f"data.split: splits the rows of reader csv, or parquet with "
-                          f"data.columns; reader '{d.reader}' splits by position "
+    if d.reader not in ("csv", "parquet", "libsvm") or (d.reader, d.columns) == ("parquet", None):
+        raise ConfigError(f"data.split: splits the rows of reader csv or libsvm, or parquet "
+                          f"with data.columns; reader '{d.reader}' splits by position "
                           "(data.eval_fraction)")
     for key in _SPLIT_NEEDS.get(s.by, ()):
         if not getattr(s, key):

@@ -1,7 +1,7 @@
-"""``data.eval_path``: train on all of ``data.path`` and evaluate on another file, instead of a
-split. Its rules: a file reader that reads one (csv, parquet, criteo_tsv, interactions), no
-``data.split`` and no ``data.eval_fraction`` beside it (each names the eval rows another way),
-and no stream (a stream validates progressively).
+"""``data.eval_path``: train on all of ``data.path`` and evaluate on another file, instead of a split.
+Its rules: a file reader that reads one (csv, parquet, libsvm, criteo_tsv, interactions), no
+``data.split`` and no ``data.eval_fraction`` beside it (each names the eval rows another way), and
+no stream (a stream validates progressively).
 
 ``data.eval_fraction`` has a default, so whether a config set it is known only from the mapping
 it was read from: ``refuse_fraction_beside_eval_path`` checks that, before the dataclasses.
@@ -16,7 +16,7 @@ from cosparse.config.errors import ConfigError
 if TYPE_CHECKING:
     from cosparse.config.data import DataConfig
 
-EVAL_FILE_READERS = ("csv", "parquet", "criteo_tsv", "interactions")
+EVAL_FILE_READERS = ("csv", "parquet", "libsvm", "criteo_tsv", "interactions")
 
 
 def validate_eval_path(d: DataConfig) -> None:

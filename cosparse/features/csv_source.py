@@ -31,13 +31,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from cosparse.config import CsvConfig, ShuffleConfig
+from cosparse.config import CsvConfig, LabelConfig, ShuffleConfig
+from cosparse.config.labels import as_label
 from cosparse.data.errors import DataError, DataLayoutError, empty_split_message
 from cosparse.data.lines import LineBlock, count_lines, line_chunks
 from cosparse.data.shuffle import shuffled_batches, window_batches
 from cosparse.data.split import Split, num_batches, row_batches, split_range
 from cosparse.features import csv_columns as CC
-from cosparse.features import csv_dialect
+from cosparse.features import csv_dialect, label_map
 from cosparse.features.types import Column, ColumnKind, RawBatch
 
 OnBadRecord = Literal["fail", "skip"]
@@ -83,14 +84,17 @@ class CsvTask:
 
 
 class CsvRawSource:
-    """The columns of CSV files (see the module docstring). ``label``: the label column, or
-    None (zero labels); ``exclude``: columns never converted (``data.columns.drop``)."""
+    """The columns of CSV files (see the module docstring). ``label``: the label column (by name,
+    or with its mapping to 0/1), or None (zero labels); ``exclude``: columns never converted
+    (``data.columns.drop``)."""
 
     def __init__(self, path: str | Path, batch_size: int, split: Split = "train",
                  eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
                  csv: CsvConfig | None = None, schema: dict[str, str] | None = None,
-                 label: str | None = "label", exclude: Sequence[str] = (),
+                 label: str | LabelConfig | None = "label", exclude: Sequence[str] = (),
                  rows: np.ndarray | None = None, shuffle: ShuffleConfig | None = None) -> None:
+        self.label_rule = None if label is None else as_label(label)
+        label = None if label is None else self.label_rule.column  # type: ignore[union-attr]
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
         self.path = str(path)
@@ -346,7 +350,8 @@ class CsvRawSource:
         n = table.num_rows
         firsts: list[tuple[str, np.ndarray]] = []
         if self.label is not None:
-            labels, bad = CC.labels(table.column(self.label).combine_chunks())
+            labels, bad = label_map.text_labels(table.column(self.label).combine_chunks(),
+                                                self.label_rule, self.types[self.label])
             firsts.append((self.label, bad))
         else:
             labels = np.zeros(n, np.float32)
@@ -363,7 +368,9 @@ class CsvRawSource:
             r = int(np.flatnonzero(bad_any)[0])
             col = next(c for c, b in firsts if b[r])
             path, line = self._where(int(row_of[r]))
-            raise DataError(f"{path}:{line}: {self._what(col)} {table.column(col)[r].as_py()!r}")
+            hint = label_map.bad_label_hint(self.label_rule) if col == self.label else ""  # type: ignore[arg-type]
+            raise DataError(f"{path}:{line}: {self._what(col)} {table.column(col)[r].as_py()!r}"
+                            f"{hint}")
         if n_bad:
             keep = ~bad_any
             labels, row_of = labels[keep], row_of[keep]
@@ -373,7 +380,7 @@ class CsvRawSource:
 
     def _what(self, col: str) -> str:
         if col == self.label:
-            return f"bad label in column {col} (expected 0 or 1):"
+            return f"bad label in column {col} ({label_map.bad_label_note(self.label_rule)}):"
         t = self.types[col]
         hint = (f" (set data.schema: {{{col}: uint64}} or string)" if t == "int64"
                 else f" (set data.schema: {{{col}: string}})" if t != "string" else "")

@@ -17,8 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from cosparse.config import LabelConfig
+from cosparse.config.labels import as_label
 from cosparse.features import kernels as K
 from cosparse.features.column_map import column_ids, column_seed
+from cosparse.features.label_map import column_labels
 from cosparse.features.sources import RawSource
 from cosparse.features.types import FLOAT, INT, Column
 
@@ -55,7 +58,10 @@ class ColumnStats:
     low: float = float("inf")
     high: float = float("-inf")
     zero_one: bool = True  # every value present is 0 or 1
-    ones: int = 0  # values equal to 1 (a label's positives)
+    ones: int = 0  # values equal to 1 (a label's positives; by ``rule`` when it maps them)
+    rule: LabelConfig | None = None  # the label's mapping to 0/1 (data.columns.label)
+    mapped_ones: int = 0  # the positives by ``rule``
+    unmapped: int = 0  # values present that ``rule`` cannot map (bad records)
 
     def update(self, col: Column) -> None:
         present = col.present_mask() if col.lengths is None else col.lengths > 0
@@ -77,12 +83,19 @@ class ColumnStats:
                 self.ones += int(np.count_nonzero(v == 1))
         else:
             self.zero_one = False
+        if self.rule is not None and self.rule.mapped:
+            labels, bad = column_labels(col, self.rule)
+            self.mapped_ones += int(labels.sum())
+            self.unmapped += int(np.count_nonzero(bad & present))
 
 
 def describe_source(source: RawSource, types: dict[str, str], max_rows: int | None = None,
-                    progress: Callable[[int], None] | None = None) -> list[ColumnStats]:
-    """One pass over ``source`` (its first ``max_rows`` rows when set)."""
-    stats = {c: ColumnStats(c, types.get(c, kind)) for c, kind in source.columns.items()}
+                    progress: Callable[[int], None] | None = None,
+                    label: LabelConfig | None = None) -> list[ColumnStats]:
+    """One pass over ``source`` (its first ``max_rows`` rows when set; ``label``: the label
+    column and its mapping, whose positives are counted by it)."""
+    stats = {c: ColumnStats(c, types.get(c, kind), rule=label if label and c == label.column
+                            else None) for c, kind in source.columns.items()}
     seen = 0
     for task in source.tasks():
         raw = source.build_raw(task)
@@ -118,7 +131,8 @@ def time_format(s: ColumnStats) -> str | None:
     return None
 
 
-def suggest_columns(stats: list[ColumnStats], label: str | None) -> dict[str, Any]:
+def suggest_columns(stats: list[ColumnStats], label: str | None,
+                    rule: LabelConfig | None = None) -> dict[str, Any]:
     """A ``data.columns`` block: floats dense, integer times to calendar fields, columns with
     a distinct value nearly every row (row IDs: nothing to learn) dropped, the rest sparse."""
     rows = max((s.rows for s in stats), default=0)
@@ -127,7 +141,8 @@ def suggest_columns(stats: list[ColumnStats], label: str | None) -> dict[str, An
     drop = [s.name for s in stats if s.name != label and s.name not in dense
             and s.name not in times
             and rows >= 100 and s.sketch.estimate() >= 0.9 * (s.rows - s.nulls)]
-    out: dict[str, Any] = {"label": label or "label"}
+    out: dict[str, Any] = {"label": _label_yaml(rule) if rule and rule.mapped
+                           else label or "label"}
     if dense:
         out["dense"] = dense
     if drop:
@@ -167,24 +182,40 @@ def format_report(stats: list[ColumnStats], label: ColumnStats | None, path: str
     return "\n".join(lines)
 
 
+def _label_yaml(rule: LabelConfig) -> str:
+    how = (f"threshold: {rule.threshold:g}" if rule.threshold is not None
+           else f"positive: [{', '.join(map(str, rule.positive or []))}]")
+    return f"{{column: {rule.column}, {how}}}"
+
+
 def _quoted(fmt: str) -> str:
     return f'"{fmt}"' if "%" in fmt else fmt
 
 
 def label_balance(label: ColumnStats) -> str:
     present = label.rows - label.nulls
-    return f"{label.ones / max(present, 1):.1%} positive ({label.ones:,} of {present:,})"
+    if label.rule is None or not label.rule.mapped:
+        return f"{label.ones / max(present, 1):.1%} positive ({label.ones:,} of {present:,})"
+    mapped = present - label.unmapped
+    line = (f"{label.mapped_ones / max(mapped, 1):.1%} positive ({label.mapped_ones:,} of "
+            f"{mapped:,}; {label.rule.describe()})")
+    return line + (f"; {label.unmapped:,} values it cannot map (bad records)"
+                   if label.unmapped else "")
 
 
-def run_describe(source: RawSource, types: dict[str, str], path: str, label: str | None,
-                 max_rows: int | None, progress: bool = True) -> str:
-    """The report of ``cosparse data describe`` (see the module docstring)."""
+def run_describe(source: RawSource, types: dict[str, str], path: str,
+                 label: str | LabelConfig | None, max_rows: int | None,
+                 progress: bool = True) -> str:
+    """The report of ``cosparse data describe`` (see the module docstring); ``label``: the
+    config's label column (and its mapping to 0/1), None to guess a 0/1 column."""
     def tick(seen: int) -> None:
         print(f"\rdescribe: {seen:,} rows", end="", file=sys.stderr, flush=True)
 
-    stats = describe_source(source, types, max_rows, tick if progress else None)
+    rule = None if label is None else as_label(label)
+    stats = describe_source(source, types, max_rows, tick if progress else None, rule)
     if progress:
         print(file=sys.stderr)
-    chosen = next((s for s in stats if s.name == label), None) if label else guess_label(stats)
-    suggestion = suggest_columns(stats, chosen.name if chosen else label)
+    chosen = (next((s for s in stats if s.name == rule.column), None) if rule
+              else guess_label(stats))
+    suggestion = suggest_columns(stats, chosen.name if chosen else rule and rule.column, rule)
     return format_report(stats, chosen, path, suggestion)

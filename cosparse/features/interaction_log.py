@@ -124,7 +124,10 @@ def read_table(data: DataConfig, cols: ColumnsConfig) -> InteractionLog:
     if missing:
         raise DataError(f"{path}: data.columns names columns the file lacks: "
                         f"{', '.join(missing)} (columns: {', '.join(names)})")
-    label = cols.label if cols.label in names else None
+    label = cols.label if cols.label.column in names else None
+    if label is None and cols.label.mapped:
+        raise DataError(f"{path}: no label column '{cols.label.column}' (data.columns.label; "
+                        f"columns: {', '.join(names)})")
     source = (ParquetRawSource(path, 1 << 16, "train", 0.0, data.on_bad_record, label,
                                columns=wanted) if parquet
               else CsvRawSource(path, 1 << 16, "train", 0.0, data.on_bad_record, data.csv,

@@ -18,12 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cosparse.config import ShuffleConfig
+from cosparse.config import LabelConfig, ShuffleConfig
+from cosparse.config.labels import as_label
 from cosparse.data import kernels as DK
 from cosparse.data.criteo import CriteoTask, CriteoTSVReader, describe_bad_line
 from cosparse.data.errors import DataError
 from cosparse.data.shuffle import shuffled_batches
 from cosparse.data.split import Split, num_batches, row_batches, split_range
+from cosparse.features import label_map
 from cosparse.features.types import (
     FLOAT,
     INT,
@@ -225,15 +227,18 @@ def arrow_to_column(arr: pa.Array | pa.ChunkedArray, name: str) -> tuple[Column,
 class ParquetRawSource:
     """Any columns of a Parquet file: ints, floats, strings (nullable) and lists of them.
 
-    ``label``: the label column (0/1; bad or null is a bad record), or None for zero labels.
+    ``label``: the label column (0/1, or mapped to 0/1 by a ``LabelConfig``; bad or null is a
+    bad record), or None for zero labels.
     ``columns``: the columns to read (default: all but the label and ``exclude``).
     """
 
     def __init__(self, path: str | Path, batch_size: int, split: Split = "train",
                  eval_fraction: float = 0.2, on_bad_record: OnBadRecord = "fail",
-                 label: str | None = "label", columns: Sequence[str] | None = None,
+                 label: str | LabelConfig | None = "label", columns: Sequence[str] | None = None,
                  exclude: Sequence[str] = (), rows: np.ndarray | None = None,
                  shuffle: ShuffleConfig | None = None) -> None:
+        self.label_rule = None if label is None else as_label(label)
+        label = None if label is None else self.label_rule.column  # type: ignore[union-attr]
         _check_common(batch_size, on_bad_record)
         self.path = str(path)
         pf = open_parquet(self.path)
@@ -308,15 +313,11 @@ class ParquetRawSource:
         bad_any = np.zeros(n, np.bool_)
         firsts: list[tuple[str, np.ndarray]] = []
         if self.label is not None:
-            lab = table.column(self.label).combine_chunks()
-            if pa.types.is_dictionary(lab.type):
-                lab = lab.dictionary_decode()
-            if not (pa.types.is_integer(lab.type) or pa.types.is_floating(lab.type)
-                    or pa.types.is_boolean(lab.type)):
-                raise DataError(f"{task.path}: column {self.label} (label) has unsupported type {lab.type}")
-            lv = _np(lab, pa.float64(), -1.0)
-            bad = (lv != 0.0) & (lv != 1.0)
-            labels = np.where(bad, 0.0, lv).astype(np.float32)
+            try:
+                labels, bad = label_map.arrow_labels(table.column(self.label).combine_chunks(),
+                                                     self.label_rule)
+            except DataError as e:
+                raise DataError(f"{task.path}: {e}") from None
             firsts.append((self.label, bad))
         else:
             labels = np.zeros(n, np.float32)
@@ -332,9 +333,11 @@ class ParquetRawSource:
                 r = int(np.flatnonzero(bad_any)[0])
                 col = next(c for c, b in firsts if b[r])
                 what = "bad label" if col == self.label else "null element in list column"
+                hint = (label_map.bad_label_hint(self.label_rule)  # type: ignore[arg-type]
+                        if col == self.label else "")
                 value = table.column(col)[r].as_py()
                 raise DataError(f"{task.path}: row {int(row_of[r])} (0-based): {what} {col} "
-                                f"{value!r}")
+                                f"{value!r}{hint}")
             keep = ~bad_any
             labels, row_of = labels[keep], row_of[keep]
             cols = {c: col.filter(keep) for c, col in cols.items()}

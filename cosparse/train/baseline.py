@@ -102,3 +102,21 @@ def popularity(train: Reader, eval_: Reader, item_key: str = "item") -> Baseline
     auc = roc_auc(y, s)
     pos = int((y > 0.5).sum())
     return BaselineResult(auc, auc_standard_error(auc, pos, len(y) - pos), len(y))
+
+
+def auto_kind(train: Reader, sampled_negatives: bool) -> tuple[str, str]:
+    """(the baseline ``--kind auto`` picks, why), from the labels: implicit feedback (negatives
+    sampled by ``data.negatives``, or every label of the file 1) is scored by item popularity,
+    explicit 0/1 labels by logistic regression (as is anything without an ``item`` feature)."""
+    if "item" not in train.keys:
+        return "logistic", "no 'item' feature"
+    if sampled_negatives:
+        return "popularity", "implicit feedback: data.negatives samples the negatives"
+    log = getattr(train, "log", None)  # reader interactions: the labels of the file's events
+    if log is not None:
+        labels = log.label
+    else:
+        labels = np.concatenate([b.labels.numpy() for b in _batches(train)] or [np.ones(0)])
+    if labels is None or bool((labels > 0.5).all()):
+        return "popularity", "implicit feedback: every label in the file is 1"
+    return "logistic", "explicit 0/1 labels (clicked and not clicked)"

@@ -64,10 +64,16 @@ def load_registry(cfg: Config) -> FeatureSet:
 
 def _table_source(data: DataConfig, split: Split, batch_size: int, rows: Any = None,
                   shuffle: ShuffleConfig | None = None) -> RawSource:
-    """A csv or parquet source of ``data``'s columns (all rows' when ``rows`` is None)."""
+    """A csv, libsvm or parquet source of ``data``'s columns (all rows' when ``rows`` is
+    None)."""
     from cosparse.features import ParquetRawSource
 
     cols = data.columns or ColumnsConfig()
+    if data.reader == "libsvm":
+        from cosparse.features.libsvm_source import LibsvmRawSource
+
+        return LibsvmRawSource(data.path, batch_size, split, 0.0, data.on_bad_record,  # type: ignore[arg-type]
+                               data.libsvm.format, cols.label, cols.drop, rows, shuffle)
     if data.reader == "csv":
         from cosparse.features.csv_source import CsvRawSource
 
@@ -114,19 +120,20 @@ def raw_source(data: DataConfig, split: Split) -> RawSource:
     if data.reader == "criteo_tsv":
         return CriteoRawSource(data.path, data.batch_size, split, data.eval_fraction,
                                data.on_bad_record, data.shuffle)
-    if data.reader in ("csv", "parquet") and data.eval_path is not None:  # a file each
+    if data.reader in ("csv", "parquet", "libsvm") and data.eval_path is not None:  # a file each
         if split == "eval":
             return _table_source(dataclasses.replace(data, path=data.eval_path), "train",
                                  data.batch_size)
         return _table_source(data, split, data.batch_size, None, data.shuffle)
-    if data.reader in ("csv", "parquet"):
+    if data.reader in ("csv", "parquet", "libsvm"):
         return _table_source(data, split, data.batch_size, split_rows(data, split)[0],
                              data.shuffle)
     if data.reader == "taobao_events":
         return EventLogRawSource(data.path, data.batch_size, split, data.eval_fraction,
                                  data.on_bad_record, data.events, data.shuffle)
     raise ConfigError(f"data.reader: the feature platform extracts from the raw columns of "
-                      f"'criteo_tsv', 'csv', 'parquet' or 'taobao_events', not '{data.reader}'")
+                      f"'criteo_tsv', 'csv', 'libsvm', 'parquet' or 'taobao_events', not "
+                      f"'{data.reader}'")
 
 
 def consumer_features(cfg: Config, registry: FeatureSet) -> tuple[Config, list[str], list[str]]:
@@ -268,13 +275,13 @@ def model_inputs(cfg: Config) -> ModelInputs:
         if cfg.features.materialized:
             raise ConfigError("features.materialized: reading materialized features needs "
                               "features.spec (the versions it must match)")
-        if cfg.data.reader == "csv" or cfg.data.columns is not None:
+        if cfg.data.reader in ("csv", "libsvm") or cfg.data.columns is not None:
             return column_inputs(cfg)
         return ModelInputs(cfg, *file_readers(cfg.data))
     registry = load_registry(cfg)
     cfg, sparse, dense = consumer_features(cfg, registry)
     notes = ([split_rows(cfg.data, "train")[1]]
-             if cfg.data.reader in ("csv", "parquet") and not cfg.features.materialized
+             if cfg.data.reader in ("csv", "parquet", "libsvm") and not cfg.features.materialized
              and cfg.data.eval_path is None else [])
     return ModelInputs(cfg, featurized_reader(cfg, registry, sparse, dense, "train"),
                        featurized_reader(cfg, registry, sparse, dense, "eval"), notes)
