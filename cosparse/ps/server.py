@@ -50,6 +50,7 @@ from cosparse.ps.snapshot_format import SnapshotError
 from cosparse.ps.table_config import NAME_RE, tables_from_yaml
 from cosparse.ps.tenancy import Tenancy
 from cosparse.ps.transport import TransportLimits, ZmtpTransport, split_bind
+from cosparse.ps.warm_up import ensure_warm
 
 # (re-exported for ``cosparse ps serve`` / ``ps keygen``: they lived here before ``keys``)
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServeOptions", "Server", "keygen", "read_key_file",
@@ -148,6 +149,7 @@ class Server:
             from cosparse.ps.discovery import announce
 
             announce(self.opts.announce, self.shard.num_shards, self.shard.index, self.endpoint)
+        ensure_warm(self.shard.threads)  # (a cold kernel cache compiles now, not on a request)
         if self.opts.ready_file:
             tmp = self.opts.ready_file + ".tmp"
             Path(tmp).write_text(self.endpoint)
