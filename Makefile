@@ -7,9 +7,10 @@ PEERS := .venv-peers
 
 .PHONY: demo test test-fast lint bench peers wheelhouse clean
 
-$(STAMP): pyproject.toml
+# pyproject.toml declares ranges; constraints.txt holds the exact versions the suite is tested with
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -47,7 +48,7 @@ WHEEL_ARGS ?=
 wheelhouse: $(STAMP)
 	mkdir -p $(WHEELHOUSE)
 	$(BIN)/python -m benchmarks.wheelhouse requirements > $(WHEELHOUSE)/requirements.txt
-	$(BIN)/pip download --dest $(WHEELHOUSE) $(WHEEL_ARGS) -r $(WHEELHOUSE)/requirements.txt
+	$(BIN)/pip download --dest $(WHEELHOUSE) $(WHEEL_ARGS) -c constraints.txt -r $(WHEELHOUSE)/requirements.txt
 
 clean:
 	rm -rf $(VENV) $(PEERS) build *.egg-info

@@ -67,7 +67,7 @@ def test_wheelhouse_requirements_are_the_projects_without_torch():
     names = {wheelhouse.requirement_name(r) for r in reqs}
     assert "torch" not in names
     assert {"numpy", "numba", "pyzmq", "pytest", "pytest-timeout"} <= names
-    assert "numpy==2.4.6" in reqs
+    assert any(r.startswith("numpy>=") for r in reqs)  # the range; `make wheelhouse` adds constraints.txt
 
 
 def _wheel(d: Path, name: str, version: str) -> Path:
