@@ -4,7 +4,17 @@ Importing it first sets OpenMP's passive wait policy for this process and its ch
 the environment sets one (``cosparse.omp_wait``): it must happen before torch loads. Then it
 points numba's kernel cache at a folder keyed by the sources (``cosparse.numba_cache``): before
 any kernel is decorated.
+
+The public API (``cosparse.api``) is reached from here, loaded on first use so that importing
+``cosparse`` stays light: ``cosparse.Trainer``, ``cosparse.RunResult``,
+``cosparse.EmbeddingBagCollection``, ``cosparse.Batch``, ``cosparse.Jagged`` and
+``cosparse.load_config``.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 # (both import only the standard library, so their order does not matter: each must run before
 # torch, numba or any kernel module is imported)
@@ -12,3 +22,27 @@ from cosparse import (
     numba_cache,  # noqa: F401
     omp_wait,  # noqa: F401
 )
+
+_PUBLIC = {
+    "Trainer": "cosparse.api.trainer",
+    "RunResult": "cosparse.api.trainer",
+    "EmbeddingBagCollection": "cosparse.api.embedding_bags",
+    "Batch": "cosparse.api.batch",
+    "Jagged": "cosparse.nn.types",
+    "load_config": "cosparse.api.config",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """The public API's names, imported when first asked for."""
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'cosparse' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

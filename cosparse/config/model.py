@@ -34,7 +34,9 @@ class DINConfig:
 
 @dataclass
 class ModelConfig:
-    kind: Literal["dlrm", "deepfm", "dcn", "din"] = "dlrm"
+    # None: the model is the user's own (``cosparse.Trainer(model, config)``; ``cosparse.load_config``
+    # leaves it unset when the config names no kind), and no built-in model's rules apply
+    kind: Literal["dlrm", "deepfm", "dcn", "din"] | None = "dlrm"
     bottom: list[int] = field(default_factory=lambda: [64, 16])
     top: list[int] = field(default_factory=lambda: [64, 1])
     deep: list[int] = field(default_factory=lambda: [64, 32])  # DeepFM / DCN-v2 deep tower
@@ -50,6 +52,11 @@ class ModelConfig:
 def validate_model(cfg: Config) -> None:
     """The layer widths each model kind needs from the tables, then sequences and DIN."""
     m = cfg.model
+    if m.kind is None:  # a model of the user's own reads whatever its tables give
+        if m.dropout:
+            raise ConfigError(f"model.dropout: {m.dropout} is the built-in models' tower dropout; "
+                              "a model of your own (model.kind unset) uses its own dropout layers")
+        return
     dims = {t.dim for t in cfg.tables}
     if m.kind == "deepfm" and len(dims) > 1:
         raise ConfigError(f"tables[*].dim: model.kind '{m.kind}' needs one dim, got {dims}")

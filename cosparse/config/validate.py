@@ -21,8 +21,10 @@ _MODEL_RULES = (validate_tables, validate_train, validate_store, validate_supply
                 validate_remote, validate_model, validate_parallel)
 
 
-def validate(cfg: Config) -> Config:
-    """Range and cross-field checks. Raises ConfigError naming the offending key."""
+def validate(cfg: Config, tables_later: bool = False) -> Config:
+    """Range and cross-field checks. Raises ConfigError naming the offending key.
+    ``tables_later``: a config without tables passes (``cosparse.load_config``: the model's
+    EmbeddingBagCollection brings them, and the trainer validates the whole again)."""
     violation = first_violation(cfg)
     if violation is not None:
         raise ConfigError(violation)
@@ -33,7 +35,7 @@ def validate(cfg: Config) -> Config:
         if cfg.train.isolate_models:
             raise ConfigError("train.isolate_models: isolates the models of a multi-model run "
                               "(models:); this config trains one model")
-        _validate_one(cfg)
+        _validate_one(cfg, tables_later and not cfg.tables)
         return cfg
     validate_models(cfg)
     for i in range(len(cfg.models)):
@@ -47,6 +49,7 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
-def _validate_one(cfg: Config) -> None:
+def _validate_one(cfg: Config, no_tables_yet: bool = False) -> None:
     for rule in _MODEL_RULES:
-        rule(cfg)
+        if not (no_tables_yet and rule is validate_tables):
+            rule(cfg)

@@ -134,6 +134,10 @@ class DCNv2(RecModel):
 
 def build_model(cfg: Config, num_dense: int, device: torch.device) -> RecModel | DIN:
     """The model named by ``cfg.model.kind`` over the tables of ``cfg``."""
+    if cfg.model.kind is None:
+        raise ConfigError("model.kind: not set, so the model is your own: train it through "
+                          "cosparse.Trainer(model, config), or name a built-in model "
+                          "(dlrm, deepfm, dcn, din)")
     # with tiers the trainer swaps in a tiered collection once it has sized the tiers
     budget = None if cfg.store.tiered else cfg.store.device.budget_bytes
     ec = EmbeddingCollection(

@@ -71,14 +71,16 @@ class Trainer(SetupRole, CheckpointRole, EvaluationRole, ReportingRole, StreamRo
     def __init__(self, cfg: Config, log: Callable[[str], None] | None = None,
                  inputs: ModelInputs | None = None,
                  stream_factory: Callable[[int], Any] | None = None,
-                 on_interval: Callable[[dict[str, Any]], Reconfigure | None] | None = None
-                 ) -> None:
+                 on_interval: Callable[[dict[str, Any]], Reconfigure | None] | None = None,
+                 model: torch.nn.Module | None = None) -> None:
         """``inputs``: the readers (default: from ``cfg.data`` and ``cfg.features``);
         ``stream_factory(start_batch)``: the training batches of an epoch, instead of a data
         stream of this trainer's own (a multi-model run hands each model its view);
         ``on_interval(record)``: called with every interval's metrics, as they are written
         (what a tuning agent watches a run through); it may answer with live knobs to change,
-        which apply before the next batch (``cosparse.train.live``)."""
+        which apply before the next batch (``cosparse.train.live``); ``model``: the module to
+        train instead of ``cfg.model``'s built-in one (``cosparse.api.engine_model``: the
+        ``ec``, ``dropout`` and ``forward(prepared) -> logits`` of a built-in model)."""
         self.on_interval = on_interval
         self._pending: Reconfigure | None = None
         self.log = log or (lambda msg: tqdm.write(msg))
@@ -112,7 +114,8 @@ class Trainer(SetupRole, CheckpointRole, EvaluationRole, ReportingRole, StreamRo
         check_table_features(cfg, self.train_reader)
         for note in data_notes(cfg, self.train_reader):
             self.log(note)
-        self.model = build_model(cfg, self.train_reader.num_dense, self.device)
+        self.model = (build_model(cfg, self.train_reader.num_dense, self.device) if model is None
+                      else model.to(self.device))
         self.links = Links.from_config(cfg.network)
         # many ranks (torchrun): this rank's shards are the tables its supply path places
         self.ranks: RankSetup | None = None

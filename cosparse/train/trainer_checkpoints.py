@@ -102,7 +102,8 @@ class CheckpointRole:
                 self._ps_history = history
         self.log(f"checkpoint: step {step} -> {path}")
         if on_ps:  # the snapshots every checkpoint names, the best one's too, stay
-            metas = [ps_metas(r) for r in (ck.dir, self._best_root()) if r and Path(r).is_dir()]
+            roots = {str(r) for r in (ck.dir, self._best_root(), into) if r}  # (into: this save)
+            metas = [ps_metas(r) for r in roots if Path(r).is_dir()]
             if all(m is not None for m in metas):
                 self.path.prune([m for ms in metas for m in ms]  # type: ignore[union-attr]
                                 + self._ps_history)

@@ -1,0 +1,87 @@
+"""The module the engine trains in place of a built-in model: a user's model behind the
+interface the internal trainer reads (``ec``, ``dropout``, ``forward(prepared) -> logits [B]``).
+
+Its ``ec`` is the model's one ``EmbeddingBagCollection``'s engine: setting it (what the trainer
+does whenever it builds or rebuilds the collection) places that collection. Its ``forward``
+hands the user's model a ``cosparse.Batch`` and checks what comes back: a ``Tensor[B]`` (or
+[B, 1]), or a one-entry dict naming the one task, ``label``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from cosparse.api.batch import Batch
+from cosparse.api.embedding_bags import EmbeddingBagCollection
+from cosparse.config import ConfigError
+from cosparse.nn.types import PreparedBatch
+
+
+def find_collection(model: nn.Module) -> tuple[str, EmbeddingBagCollection]:
+    """The path and module of the one ``EmbeddingBagCollection`` in ``model``, found by type."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"cosparse.Trainer(model, ...): model must be a torch.nn.Module, not a "
+                        f"{type(model).__name__}")
+    found = [(name, m) for name, m in model.named_modules()
+             if isinstance(m, EmbeddingBagCollection)]
+    if not found:
+        raise ConfigError(f"model: {type(model).__name__} holds no cosparse.EmbeddingBagCollection;"
+                          " its sparse features are looked up through one")
+    if len(found) > 1:
+        paths = ", ".join(repr(name or "<the model itself>") for name, _ in found)
+        raise ConfigError(f"model: {len(found)} EmbeddingBagCollections ({paths}); one per model "
+                          "is supported: put every table in one collection")
+    return found[0]
+
+
+class EngineModel(nn.Module):
+    """``model`` (the user's) as the internal trainer drives it."""
+
+    def __init__(self, model: nn.Module, collection_path: str) -> None:
+        super().__init__()
+        self.model = model
+        self.dropout = None  # (the built-in models' seeded tower dropout: none here)
+        self._path = collection_path
+
+    @property
+    def collection(self) -> EmbeddingBagCollection:
+        return self.model.get_submodule(self._path)  # type: ignore[return-value]
+
+    @property
+    def ec(self) -> Any:
+        """The engine's embedding collection the model's EmbeddingBagCollection is placed on."""
+        return self.collection._engine
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "ec":  # the trainer (re)built its collection: place the model's on it
+            self.collection.place(value)
+            return
+        super().__setattr__(name, value)
+
+    def forward(self, prepared: PreparedBatch) -> torch.Tensor:
+        """The logits [B] of the user's model on ``prepared``."""
+        batch = Batch(prepared, self.ec.device)
+        return logits_of(self.model(batch), batch.batch_size)
+
+
+def logits_of(out: Any, batch_size: int) -> torch.Tensor:
+    """The one task's logits [B] from what a model's forward returned."""
+    if isinstance(out, dict):
+        if len(out) != 1 or "label" not in out:
+            raise ValueError(
+                f"the model's forward returned tasks {sorted(out)}; without an objective the one "
+                "task is 'label' (several tasks need cosparse.Objective, a later part of the "
+                "public API)")
+        out = out["label"]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the model's forward must return a Tensor[B] of logits (or "
+                        f"{{'label': Tensor[B]}}), not a {type(out).__name__}")
+    if out.dim() == 2 and out.shape[1] == 1:
+        out = out.squeeze(1)
+    if out.shape != (batch_size,) or not out.is_floating_point():
+        raise ValueError(f"the model's forward returned {out.dtype} {tuple(out.shape)}; "
+                         f"expected float logits of shape ({batch_size},) or ({batch_size}, 1)")
+    return out
