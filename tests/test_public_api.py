@@ -151,6 +151,11 @@ def test_a_config_for_a_user_model_needs_no_model_or_tables_section():
     assert len(cosparse.load_config(raw).tables) == 2
     with pytest.raises(ConfigError, match=r"model\.dropout: 0\.5 is the built-in models'"):
         cosparse.load_config({**raw, "model": {"dropout": 0.5}})
+    # what names tables is checked once the model's collection has brought them
+    sharded = cosparse.load_config(mapping(parallel={"sharding": {"nope": "table_wise"}}))
+    with pytest.raises(ConfigError, match=r"parallel\.sharding\.nope: no table is named 'nope' "
+                                          r"\(tables: items, history\)"):
+        cosparse.Trainer(UserModel(), sharded)
 
 
 def test_config_refusals_name_the_key():

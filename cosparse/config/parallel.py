@@ -44,6 +44,8 @@ def validate_parallel(cfg: Config) -> None:
         if value is not None:
             setattr(par, k, parse_bytes(value, f"parallel.{k}"))
     names = {t.name: t for t in cfg.tables}
+    if not names:  # (a model's EmbeddingBagCollection brings them: checked once it has)
+        return
     for table, kind in cfg.parallel.sharding.items():
         key = f"parallel.sharding.{table}"
         if table not in names:
