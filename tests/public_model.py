@@ -49,6 +49,7 @@ class UserModel(nn.Module):
 
     def forward(self, batch: cosparse.Batch) -> torch.Tensor:
         looked_up = self.embeddings(batch)
+        assert list(looked_up) == ["C1", "C2", "C3", "C4"]  # the tables' feature order
         history = looked_up["C4"]
         assert isinstance(history, cosparse.Jagged)
         rows = torch.arange(history.values.shape[0], device=history.values.device)

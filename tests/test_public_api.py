@@ -6,6 +6,9 @@ collaborative (architecture B); a save and resume continues the same numbers; an
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,7 @@ from torch import nn
 
 import cosparse
 from cosparse.config import ConfigError, switch_preset
+from tests.proctree import descendants, wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
 PS = {"embedded": True, "num_shards": 2}
@@ -130,6 +134,34 @@ def test_save_then_resume_goes_on_with_the_same_numbers(tmp_path):
     assert difference(got, reference()) is None
 
 
+def test_two_ranks_train_the_user_model_as_one_process_does(tmp_path):
+    """DDP over the user's dense layers, its tables sharded over 2 gloo ranks (the sequence
+    table row-wise: rows per ID, exact); losses and dense weights within the parallelism
+    tolerance (1e-6 relative: DDP sums the dense gradients in another order)."""
+    out = tmp_path / "rank0.pt"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+           str(ROOT / "tests/public_ranks.py"),
+           json.dumps({"items": "table_wise", "history": "row_wise"}), str(out)]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    try:
+        log, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        kids = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        wait_gone(kids, 10)
+        pytest.fail(f"the 2-rank run did not finish in 120 s:\n{log[-4000:]}")
+    assert proc.returncode == 0, f"the 2-rank run failed:\n{log[-6000:]}"
+    got, ref = torch.load(out), reference()
+    assert got["metrics"]["world_size"] == 2
+    np.testing.assert_allclose(got["losses"], ref["losses"], rtol=1e-6)
+    for k, v in ref["dense"].items():
+        torch.testing.assert_close(got["dense"][k], v, rtol=1e-6, atol=1e-7)
+
+
 def test_lazy_layers_take_the_same_values_whatever_drew_random_numbers_before():
     cfg = cosparse.load_config(mapping())
     values = []
@@ -199,6 +231,34 @@ def test_a_model_needs_exactly_one_collection_and_a_placed_one():
         model(cosparse.Batch(PreparedBatch(batch, {}), torch.device("cpu")))
     with pytest.raises(RuntimeError, match="not placed yet"):
         UserModel().embeddings(cosparse.Batch(PreparedBatch(batch, {}), torch.device("cpu")))
+
+
+class _Recording(UserModel):
+    def forward(self, batch):
+        self.seen = getattr(self, "seen", None) or batch
+        return super().forward(batch)
+
+
+def test_the_batch_a_forward_receives_and_evaluate():
+    model = _Recording()
+    with cosparse.Trainer(model, cosparse.load_config(mapping()), log=lambda m: None) as t:
+        t.fit(1)
+        scores = t.evaluate()
+    assert scores["auc.label"] == scores["auc"] and scores["eval_samples"] == 64
+    b = model.seen
+    assert b.batch_size == 64 and b.weights is None and list(b.labels) == ["label"]
+    assert b.dense.dtype == torch.float32 and b.dense.shape == (64, 3)
+    assert b.labels["label"].shape == (64,) and set(b.labels["label"].tolist()) <= {0.0, 1.0}
+    kjt = b.sparse
+    assert kjt.keys() == ["C1", "C2", "C3", "C4"] and kjt.stride() == 64
+    assert kjt.lengths().shape == (4 * 64,) and int(kjt.offsets()[-1]) == kjt.values().shape[0]
+    parts = kjt.to_dict()
+    assert list(parts) == kjt.keys()
+    assert torch.equal(torch.cat([parts[k].values for k in kjt.keys()]), kjt.values())
+    c2 = parts["C2"]
+    assert torch.equal(c2.lengths, kjt.lengths()[64:128])
+    assert torch.equal(c2.values[c2.offsets[5]:c2.offsets[6]],
+                       kjt.values()[kjt.offsets()[64 + 5]:kjt.offsets()[64 + 6]])
 
 
 class _Wide(UserModel):
