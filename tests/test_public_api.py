@@ -38,9 +38,11 @@ def train(raw: dict) -> dict:
             order = np.argsort(state["ids"])
             rows[name] = (state["ids"][order], state["rows"][order])
         counters = trainer._engine.ec.counters()
+        delivering = getattr(trainer._engine.path, "counters_b", None)  # (architecture B)
     return {"losses": result.losses, "rows": rows, "metrics": result.metrics,
             "dense": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-            "evictions": sum(c.evictions_device for c in counters.values())}
+            "evictions": sum(c.evictions_device for c in counters.values()),
+            "delivered_batches": delivering.batches if delivering is not None else 0}
 
 
 def difference(got: dict, ref: dict) -> str | None:
@@ -104,6 +106,8 @@ def test_the_user_model_is_bit_identical_on_every_placement(name):
     assert difference(got, reference()) is None, f"{name}: {difference(got, reference())}"
     if name != "ps-direct":
         assert got["evictions"] > 0  # the device tier really moved rows
+    if name == "collaborative":
+        assert got["delivered_batches"] == STEPS  # the data workers delivered the cold rows
 
 
 def test_save_then_resume_goes_on_with_the_same_numbers(tmp_path):

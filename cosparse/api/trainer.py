@@ -61,8 +61,12 @@ class Trainer:
             inputs = model_inputs(cfg)
             check_table_features(inputs.cfg, inputs.train)
             materialise(model, collection, _first_batch(inputs.train), cfg.train.seed)
-        self._engine = EngineTrainer(cfg, log=log, inputs=inputs,
-                                     model=EngineModel(model, path))
+        try:
+            self._engine = EngineTrainer(cfg, log=log, inputs=inputs,
+                                         model=EngineModel(model, path))
+        except BaseException:
+            collection.place(None)  # (what the failed set-up placed it on is stopped)
+            raise
         self.config = self._engine.cfg
 
     @property
