@@ -13,6 +13,7 @@ from typing import Any
 
 from cosparse.config import Config, ConfigError, TableConfig, from_dict, read_config_mapping
 from cosparse.config.eval_path import refuse_fraction_beside_eval_path
+from cosparse.config.model import factory_exclusive_with_kind
 from cosparse.config.presets import apply_preset
 from cosparse.config.validate import validate
 
@@ -25,6 +26,7 @@ def load_config(source: str | Path | Mapping[str, Any]) -> Config:
         raw = copy.deepcopy(dict(source))
     else:
         raw = read_config_mapping(source)
+    factory_exclusive_with_kind(raw)
     model = raw.get("model")
     if model is None or (isinstance(model, dict) and "kind" not in model):
         raw["model"] = {**(model or {}), "kind": None}

@@ -24,7 +24,7 @@ from cosparse.api.lazy import lazy_names, materialise
 from cosparse.batch import SparseBatch
 from cosparse.config import Config
 from cosparse.data.reader import NOT_YET, Reader
-from cosparse.train.inputs import check_table_features, model_inputs
+from cosparse.train.inputs import ModelInputs, check_table_features, model_inputs
 from cosparse.train.trainer import Trainer as EngineTrainer
 
 
@@ -45,8 +45,12 @@ class Trainer:
     ``Config``, or what ``cosparse.load_config`` reads). Use as a context manager, or ``close``."""
 
     def __init__(self, model: nn.Module, config: Config | str | Path | Mapping[str, Any],
-                 objective: Any = None, *, log: Callable[[str], None] | None = None) -> None:
-        """``log``: where the run's lines go (default: above the progress bar)."""
+                 objective: Any = None, *, log: Callable[[str], None] | None = None,
+                 inputs: ModelInputs | None = None,
+                 on_interval: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        """``log``: where the run's lines go (default: above the progress bar). ``inputs``
+        and ``on_interval``, as ``cosparse train`` gives them (``cosparse.api.factory``): the
+        readers, already made from the config, and what watches every interval's metrics."""
         if objective is not None:
             raise NotImplementedError("objective: per-task objectives (cosparse.Objective) come "
                                       "in a later part of the public API; without one the loss "
@@ -56,18 +60,22 @@ class Trainer:
         cfg = config_for_model(cfg, collection.tables)
         self.model = model
         self.collection: EmbeddingBagCollection = collection
-        inputs = None
         if lazy_names(model):  # a dry forward on the first batch, before any optimizer sees it
-            inputs = model_inputs(cfg)
+            inputs = inputs or model_inputs(cfg)
             check_table_features(inputs.cfg, inputs.train)
             materialise(model, collection, _first_batch(inputs.train), cfg.train.seed)
         try:
-            self._engine = EngineTrainer(cfg, log=log, inputs=inputs,
+            self._engine = EngineTrainer(cfg, log=log, inputs=inputs, on_interval=on_interval,
                                          model=EngineModel(model, path))
         except BaseException:
             collection.place(None)  # (what the failed set-up placed it on is stopped)
             raise
         self.config = self._engine.cfg
+
+    @property
+    def engine(self) -> EngineTrainer:
+        """The internal trainer (what ``cosparse train`` and the tuner's trials drive)."""
+        return self._engine
 
     @property
     def step(self) -> int:

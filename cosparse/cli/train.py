@@ -11,8 +11,8 @@ from cosparse.config import ConfigError, load_config
 
 
 def _train(args: argparse.Namespace) -> int:
+    from cosparse.api.factory import add_model_paths, make_trainer
     from cosparse.exits import report_now
-    from cosparse.train.trainer import Trainer
 
     overrides = {}
     if args.steps is not None:
@@ -23,6 +23,7 @@ def _train(args: argparse.Namespace) -> int:
         overrides["data.path"] = args.data
     if args.no_progress:
         overrides["train.progress"] = False
+    add_model_paths(args.model_path)  # (before the config: model.factory's module is there)
     cfg = load_config(args.config, overrides)
     if os.environ.get("RANK", "0") == "0":  # (under torchrun rank 0 alone writes metrics)
         from tqdm import tqdm
@@ -56,7 +57,7 @@ def _train(args: argparse.Namespace) -> int:
 
         trainer = MultiTrainer(cfg)
     else:
-        trainer = Trainer(cfg, on_interval=agent)
+        trainer = make_trainer(cfg, on_interval=agent)  # (model.factory's model, or built in)
     try:
         if args.resume:
             trainer.resume(args.resume)
@@ -91,5 +92,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                             "run's PS snapshots: discard them, and the checkpoints that name them "
                             "(external shards: drop this run's namespace's tables there)")
     t.add_argument("--data", default=None, help="override data.path")
+    t.add_argument("--model-path", action="append", default=[], metavar="DIR",
+                   help="a folder to import model.factory's module from (repeatable; also "
+                        "PYTHONPATH); the processes the run starts find it there too")
     t.add_argument("--no-progress", action="store_true", help="plain log lines, no progress bar")
     t.set_defaults(func=_train)

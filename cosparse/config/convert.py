@@ -35,6 +35,8 @@ def from_dict(cls: type, data: Any, key: str = "") -> Any:
 
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
+    if tp is Any:  # (free-form values: model.args, the arguments of a model factory)
+        return value
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):

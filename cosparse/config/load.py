@@ -12,6 +12,7 @@ from cosparse.config.convert import from_dict
 from cosparse.config.errors import ConfigError
 from cosparse.config.eval_path import refuse_fraction_beside_eval_path
 from cosparse.config.mapping import set_dotted
+from cosparse.config.model import factory_exclusive_with_kind
 from cosparse.config.presets import apply_preset
 from cosparse.config.root import Config
 from cosparse.config.validate import validate
@@ -20,6 +21,7 @@ from cosparse.config.validate import validate
 def config_from_mapping(raw: dict[str, Any]) -> Config:
     """A validated Config from a mapping (its preset applied)."""
     refuse_fraction_beside_eval_path(raw)
+    factory_exclusive_with_kind(raw)
     return validate(from_dict(Config, apply_preset(raw)))
 
 

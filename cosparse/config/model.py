@@ -4,7 +4,7 @@ its rules, which also cover the tables it reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from cosparse.config.errors import ConfigError
 
@@ -37,6 +37,10 @@ class ModelConfig:
     # None: the model is the user's own (``cosparse.Trainer(model, config)``; ``cosparse.load_config``
     # leaves it unset when the config names no kind), and no built-in model's rules apply
     kind: Literal["dlrm", "deepfm", "dcn", "din"] | None = "dlrm"
+    # "package.module:function": the user's model, built as function(tables, num_dense, **args)
+    # (``cosparse.api.factory``); exclusive with ``kind``, which it leaves unset
+    factory: str | None = None
+    args: dict[str, Any] = field(default_factory=dict)
     bottom: list[int] = field(default_factory=lambda: [64, 16])
     top: list[int] = field(default_factory=lambda: [64, 1])
     deep: list[int] = field(default_factory=lambda: [64, 32])  # DeepFM / DCN-v2 deep tower
@@ -52,6 +56,11 @@ class ModelConfig:
 def validate_model(cfg: Config) -> None:
     """The layer widths each model kind needs from the tables, then sequences and DIN."""
     m = cfg.model
+    if m.factory is not None:
+        _validate_factory(cfg)
+    elif m.args:
+        raise ConfigError(f"model.args: {sorted(m.args)} are the arguments of model.factory, "
+                          "which this config does not name")
     if m.kind is None:  # a model of the user's own reads whatever its tables give
         if m.dropout:
             raise ConfigError(f"model.dropout: {m.dropout} is the built-in models' tower dropout; "
@@ -78,6 +87,34 @@ def validate_model(cfg: Config) -> None:
         if t.pooling == "none":
             raise ConfigError(f"tables[{i}].pooling: 'none' (unpooled sequences) needs a "
                               f"sequence model (model.kind: din), not '{m.kind}'")
+
+
+def factory_exclusive_with_kind(raw: dict[str, Any]) -> None:
+    """A config mapping whose ``model`` names a ``factory`` leaves ``kind`` unset (its default
+    would be DLRM); naming both is refused."""
+    model = raw.get("model")
+    if not isinstance(model, dict) or model.get("factory") is None:
+        return
+    if model.get("kind") is not None:
+        raise ConfigError(f"model.factory: '{model['factory']}' builds the model, and model.kind "
+                          f"'{model['kind']}' names a built-in one; give one of them")
+    raw["model"] = {**model, "kind": None}
+
+
+def _validate_factory(cfg: Config) -> None:
+    """``model.factory``'s form, ``package.module:function`` (whether it imports is checked
+    where the model is built: ``cosparse.api.factory``)."""
+    m = cfg.model
+    if m.kind is not None:
+        raise ConfigError(f"model.factory: '{m.factory}' builds the model, and model.kind "
+                          f"'{m.kind}' names a built-in one; give one of them")
+    module, _, name = (m.factory or "").partition(":")
+    if not module.strip() or not name.strip():
+        raise ConfigError(f"model.factory: '{m.factory}' is not of the form "
+                          "'package.module:function'")
+    if cfg.models:
+        raise ConfigError("model.factory: a multi-model run (models:) trains built-in models; "
+                          "train a model of your own alone")
 
 
 def _validate_din(cfg: Config) -> None:

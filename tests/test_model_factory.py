@@ -1,0 +1,171 @@
+"""Models by name (issue 34, item 3): ``model.factory`` in YAML builds a user's model from a
+module outside the package (found through ``--model-path``), ``cosparse train`` trains it with
+the same losses as the same model given to ``cosparse.Trainer`` in Python, a bad factory is a
+config error naming ``model.factory``, and ``--resume`` rebuilds the model through the factory
+(refusing a checkpoint another factory wrote)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import cosparse
+from cosparse.api.factory import MODEL_PATH_ENV, add_model_paths, resolve_factory
+from cosparse.cli import main
+from cosparse.config import ConfigError
+
+STEPS = 6
+MODULE = "factory_user_model"
+SOURCE = '''
+import torch
+from torch import nn
+
+import cosparse
+
+
+class Model(nn.Module):
+    def __init__(self, tables, num_dense, hidden):
+        super().__init__()
+        self.lookup = cosparse.EmbeddingBagCollection(tables)
+        width = sum(t.dim * len(t.features) for t in tables) + num_dense
+        self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, batch):
+        pooled = self.lookup(batch)
+        return self.mlp(torch.cat([*pooled.values(), batch.dense], dim=1)).squeeze(1)
+
+
+def build(tables, num_dense, hidden=8):
+    return Model(tables, num_dense, hidden)
+
+
+NOT_CALLABLE = 3
+'''
+
+
+def config(tmp_path: Path, **model: object) -> dict:
+    """A small synthetic run of the factory's model (3 dense inputs, one pooled table)."""
+    return {
+        "data": {"reader": "synthetic", "batch_size": 64, "workers": 0,
+                 "synthetic": {"num_features": 3, "num_dense": 3, "vocab_size": 2000,
+                               "alpha": 1.05, "seed": 7, "num_batches": STEPS + 2,
+                               "eval_batches": 1}},
+        "model": {"factory": f"{MODULE}:build", "args": {"hidden": 6},
+                  "dense_optimizer": {"kind": "adam", "lr": 0.01}, **model},
+        "tables": [{"name": "items", "dim": 4, "features": ["C1", "C2", "C3"],
+                    "optimizer": {"kind": "rowwise_adagrad", "lr": 0.05}}],
+        "train": {"steps": STEPS, "log_every": 1, "progress": False, "threads": 1,
+                  "checkpoint": {"dir": str(tmp_path / "ckpt"), "every": STEPS // 2}},
+        "supply": {"lookahead": 1},
+    }
+
+
+@pytest.fixture
+def models_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder holding the factory's module, not on sys.path; what --model-path adds to
+    sys.path and the environment is undone after the test."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / f"{MODULE}.py").write_text(SOURCE)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delenv(MODEL_PATH_ENV, raising=False)
+    monkeypatch.delitem(sys.modules, MODULE, raising=False)
+    yield folder
+    sys.modules.pop(MODULE, None)
+
+
+def cli_train(tmp_path: Path, raw: dict, models_dir: Path, name: str, *extra: str) -> list[dict]:
+    """``cosparse train`` on ``raw``: the metrics records it wrote."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    metrics = tmp_path / f"{name}.jsonl"
+    code = main(["train", "--config", str(path), "--model-path", str(models_dir),
+                 "--metrics-json", str(metrics), "--no-progress", *extra])
+    assert code == 0
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def losses_of(records: list[dict]) -> list[float]:
+    """The loss of every step (log_every: 1), in order."""
+    return [r["loss"] for r in records if r["kind"] == "train"]
+
+
+def test_yaml_factory_trains_as_the_python_model(tmp_path: Path, models_dir: Path) -> None:
+    raw = config(tmp_path)
+    from_yaml = losses_of(cli_train(tmp_path, raw, models_dir, "yaml"))
+    assert os.environ[MODEL_PATH_ENV].split(os.pathsep)[0] == str(models_dir.resolve())
+    module = __import__(MODULE)
+    del raw["model"]["factory"], raw["model"]["args"]
+    raw["train"]["checkpoint"] = {"dir": str(tmp_path / "python-ckpt"), "every": 0}
+    cfg = cosparse.load_config(raw)
+    torch.manual_seed(cfg.train.seed)  # (what the factory is called after)
+    with cosparse.Trainer(module.build(cfg.tables, 3, hidden=6), cfg,
+                          log=lambda m: None) as trainer:
+        from_python = trainer.fit().losses
+    assert len(from_python) == STEPS
+    assert from_yaml == from_python
+
+
+def test_resume_rebuilds_through_the_factory(tmp_path: Path, models_dir: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    raw = config(tmp_path)
+    whole = losses_of(cli_train(tmp_path, raw, models_dir, "whole"))
+    middle = tmp_path / "ckpt" / f"step_{STEPS // 2:08d}"
+    assert (middle / "meta.json").exists(), sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    saved = json.loads((middle / "meta.json").read_text())["config"]["model"]
+    assert (saved["factory"], saved["args"]) == (f"{MODULE}:build", {"hidden": 6})
+    raw["train"]["checkpoint"] = {"dir": str(tmp_path / "ckpt2"), "every": 0}
+    resumed = losses_of(cli_train(tmp_path, raw, models_dir, "resumed", "--resume", str(middle)))
+    assert len(whole) == STEPS and resumed == whole[STEPS // 2:]
+    other = config(tmp_path, args={"hidden": 5})
+    path = tmp_path / "other.yaml"
+    path.write_text(yaml.safe_dump(other))
+    code = main(["train", "--config", str(path), "--model-path", str(models_dir),
+                 "--resume", str(middle), "--no-progress",
+                 "--metrics-json", str(tmp_path / "other.jsonl")])
+    assert code != 0
+    assert "holds the model of factory 'factory_user_model:build' with args {'hidden': 6}" in (
+        capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("spec, cause", [
+    ("no_colon_here", "not of the form"),
+    ("no_such_module_x:build", "does not import"),
+    (f"{MODULE}:missing", "has no 'missing'"),
+    (f"{MODULE}:NOT_CALLABLE", "not callable"),
+])
+def test_bad_factory_is_a_config_error(spec: str, cause: str, tmp_path: Path,
+                                       models_dir: Path) -> None:
+    add_model_paths([models_dir])
+    with pytest.raises(ConfigError, match=f"model.factory: .*{cause}"):
+        resolve_factory(spec)
+
+
+def test_factory_and_kind_are_exclusive(tmp_path: Path) -> None:
+    for load in (cosparse.load_config, lambda raw: cosparse.config.config_from_mapping(raw)):
+        with pytest.raises(ConfigError, match="model.factory: .*model.kind 'dlrm'"):
+            load(config(tmp_path, kind="dlrm"))
+    with pytest.raises(ConfigError, match="model.args: .*model.factory"):
+        cosparse.config.config_from_mapping(
+            {**config(tmp_path), "model": {"kind": "dlrm", "args": {"hidden": 2},
+                                           "bottom": [4], "top": [1]}})
+    with pytest.raises(ConfigError, match="model.factory: 'build' is not of the form"):
+        cosparse.config.config_from_mapping(config(tmp_path, factory="build"))
+    cfg = cosparse.config.config_from_mapping(config(tmp_path))
+    assert cfg.model.kind is None and cfg.model.factory == f"{MODULE}:build"
+
+
+def test_cli_names_the_factory_it_cannot_import(tmp_path: Path, models_dir: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config(tmp_path, factory="nowhere_module_q:build")))
+    code = main(["train", "--config", str(path), "--no-progress",
+                 "--metrics-json", str(tmp_path / "bad.jsonl")])
+    assert code != 0
+    assert "model.factory: 'nowhere_module_q:build'" in capsys.readouterr().err
