@@ -6,17 +6,20 @@ config error naming ``model.factory``, and ``--resume`` rebuilds the model throu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
 
 import cosparse
-from cosparse.api.factory import MODEL_PATH_ENV, add_model_paths, resolve_factory
+from cosparse.api.factory import MODEL_PATH_ENV, add_model_paths, make_trainer, resolve_factory
+from cosparse.autotune import trial_run
 from cosparse.cli import main
 from cosparse.config import ConfigError
 
@@ -112,6 +115,24 @@ def test_yaml_factory_trains_as_the_python_model(tmp_path: Path, models_dir: Pat
     assert from_yaml == from_python
 
 
+def test_a_tuner_trial_builds_through_the_factory(tmp_path: Path, models_dir: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial (its own process under ``cosparse tune``) finds the module through
+    ``COSPARSE_MODEL_PATH`` alone, and trains the numbers ``cosparse train`` does."""
+    by_train = losses_of(cli_train(tmp_path, config(tmp_path), models_dir, "train"))
+    sys.path.remove(str(models_dir.resolve()))  # (what a new process has: the environment)
+    sys.modules.pop(MODULE)
+    raw = config(tmp_path)
+    raw["train"]["checkpoint"] = {"dir": str(tmp_path / "trial-ckpt"), "every": 0}
+    path = tmp_path / "trial.json"
+    path.write_text(json.dumps(raw))
+    capsys.readouterr()
+    assert trial_run.main(str(path)) == 0
+    done = [json.loads(line) for line in capsys.readouterr().out.splitlines()][-1]
+    digest = hashlib.sha256(np.asarray(by_train, dtype=np.float32).tobytes()).hexdigest()
+    assert done["done"] and done["loss_digest"] == digest
+
+
 def test_resume_rebuilds_through_the_factory(tmp_path: Path, models_dir: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     raw = config(tmp_path)
@@ -169,3 +190,30 @@ def test_cli_names_the_factory_it_cannot_import(tmp_path: Path, models_dir: Path
                  "--metrics-json", str(tmp_path / "bad.jsonl")])
     assert code != 0
     assert "model.factory: 'nowhere_module_q:build'" in capsys.readouterr().err
+
+
+def test_dlrm_factory_trains_the_built_in_dlrm_bit_for_bit(tmp_path: Path) -> None:
+    """``cosparse.models.dlrm:build`` (on the public API) against ``model.kind: dlrm``, on the
+    demo's layout shrunk: device tiers sized "dense first" from a budget, over a host tier."""
+    raw = config(tmp_path)
+    raw["data"]["synthetic"]["num_features"] = 4
+    raw["tables"][0]["features"] = ["C1", "C2", "C3", "C4"]
+    raw["store"] = {"device": {"budget_bytes": "64KiB", "policy": "hotness"},
+                    "host": {"policy": "lfu"}}
+    raw["train"]["checkpoint"] = {"dir": str(tmp_path / "ckpt"), "every": 0}
+    shape = {"bottom": [8, 4], "top": [8, 1]}
+    built_in = {**raw, "model": {"kind": "dlrm", **shape,
+                                 "dense_optimizer": {"kind": "adagrad", "lr": 0.05}}}
+    factory = {**raw, "model": {"factory": "cosparse.models.dlrm:build", "args": shape,
+                                "dense_optimizer": {"kind": "adagrad", "lr": 0.05}}}
+    losses = []
+    for i, one in enumerate((built_in, factory)):
+        one["train"] = {**raw["train"], "metrics_json": str(tmp_path / f"m{i}.jsonl")}
+        trainer = make_trainer(cosparse.config.config_from_mapping(one), log=lambda m: None)
+        try:
+            trainer.run(evaluate=False)
+            assert trainer.cfg.store.tiered and trainer.sizing is not None
+            losses.append(list(trainer.losses))
+        finally:
+            trainer.close()
+    assert len(losses[0]) == STEPS and losses[0] == losses[1]

@@ -24,6 +24,8 @@ from cosparse.api.lazy import lazy_names, materialise
 from cosparse.batch import SparseBatch
 from cosparse.config import Config
 from cosparse.data.reader import NOT_YET, Reader
+from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.train.dense import pick_device
 from cosparse.train.inputs import ModelInputs, check_table_features, model_inputs
 from cosparse.train.trainer import Trainer as EngineTrainer
 
@@ -65,6 +67,10 @@ class Trainer:
             check_table_features(inputs.cfg, inputs.train)
             materialise(model, collection, _first_batch(inputs.train), cfg.train.seed)
         try:
+            if cfg.store.tiered and not collection.placed:
+                # what "dense first" sizing dry-runs the model on before the tiers exist: a
+                # collection as a built-in model's own (the trainer then places the real one)
+                collection.place(EmbeddingCollection(cfg.tables, pick_device(cfg.train.device)))
             self._engine = EngineTrainer(cfg, log=log, inputs=inputs, on_interval=on_interval,
                                          model=EngineModel(model, path))
         except BaseException:

@@ -119,12 +119,13 @@ def save_numbers(path: Path, losses: np.ndarray, rows: dict[str, dict[str, np.nd
 
 
 def main(path: str, evaluate: bool = False, numbers: Path | None = None) -> int:
+    from cosparse.api.factory import make_trainer
     from cosparse.config import config_from_mapping
-    from cosparse.train.trainer import Trainer
 
     raw = json.loads(Path(path).read_text())
     speaks = int(os.environ.get("RANK", "0")) == 0
-    trainer = Trainer(config_from_mapping(raw), log=lambda msg: None,
+    # (model.factory's module: found through COSPARSE_MODEL_PATH, inherited from the tuner)
+    trainer = make_trainer(config_from_mapping(raw), log=lambda msg: None,
                       on_interval=lambda r: _say({"step": r["step"],
                                                   "samples_per_s": r["samples_per_s"]})
                       if speaks else None)

@@ -18,6 +18,9 @@ def add_tune_parser(sub: Any) -> None:
     tu = sub.add_parser("tune", help="search the config's exact knobs with short real runs "
                                      "(Optuna), within budgets, and write the best config")
     tu.add_argument("--config", default=None, help="the start configuration (YAML)")
+    tu.add_argument("--model-path", action="append", default=[], metavar="DIR",
+                    help="a folder to import model.factory's module from (repeatable; also "
+                         "PYTHONPATH); every trial finds it there too")
     tu.add_argument("--trials", type=int, default=20, help="candidates to run")
     tu.add_argument("--minutes", type=float, default=None, help="stop starting trials after this")
     tu.add_argument("--budget", type=budgets, default={},
@@ -61,6 +64,9 @@ def _tune(args: argparse.Namespace) -> int:
         return 0 if same else 1
     if not args.config:
         raise ConfigError("cosparse tune: --config is needed (or --replay LOG)")
+    from cosparse.api.factory import add_model_paths
+
+    add_model_paths(args.model_path)  # (model.factory's module, for every trial too)
     raw = read_config_mapping(args.config)
     cfg = config_from_mapping(copy.deepcopy(raw))
     b = args.budget
