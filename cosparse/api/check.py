@@ -28,10 +28,13 @@ ModelSource = nn.Module | Callable[[], nn.Module] | None
 @dataclass
 class CheckResult:
     """What ``check`` found: the ``distances`` of each placement from the resident run, over
-    ``steps`` steps. ``ok``: every placement bit-identical (all of them promise it)."""
+    ``steps`` steps. ``ok``: every placement bit-identical (all of them promise it).
+    ``notes``: the placements whose tiers moved no row (the run touches too few rows to fill
+    them, so the check proved less there)."""
 
     steps: int
     distances: dict[str, Distance]
+    notes: list[str]
 
     @property
     def ok(self) -> bool:
@@ -44,7 +47,7 @@ class CheckResult:
             verdict = "yes" if d.identical else f"NO: {d.first}"
             lines.append(f"{name:<14} {d.loss:>10.3g} {d.rows:>10.3g} {d.dense:>10.3g}  "
                          f"{verdict}")
-        return "\n".join(lines)
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
 
 def check(model: ModelSource, config: Config | str | Path | Mapping[str, Any],
@@ -70,13 +73,21 @@ def check(model: ModelSource, config: Config | str | Path | Mapping[str, Any],
     with tempfile.TemporaryDirectory(prefix="cosparse-check-") as tmp:
         log(f"check: resident, {steps} steps")
         ref = _train(builder, configs["resident"], steps)
-        distances = {}
+        distances, notes = {}, []
         for name in placements:
             log(f"check: {name}")
             resume_at = steps // 2 if name == "resume" else None
             got = _train(builder, configs[name], steps, resume_at, Path(tmp) / name)
             distances[name] = distance(got, ref)
-    return CheckResult(steps, distances)
+            if name in _EVICTS and not got.evictions:
+                notes.append(f"{name}: the device tier evicted no row")
+            if name in _SPILLS and not got.spilled_bytes:
+                notes.append(f"{name}: the host tier sent no row down to the PS")
+    return CheckResult(steps, distances, notes)
+
+
+_EVICTS = ("tiered", "spill", "collaborative", "resume")  # (ps-direct has no device tier here)
+_SPILLS = ("spill",)
 
 
 def _builder(model: ModelSource) -> Callable[[], nn.Module] | None:
@@ -177,6 +188,8 @@ def _train(builder: Callable[[], nn.Module] | None, cfg: Config, steps: int,
         losses += run.engine.losses
         rows = sorted_rows(run.engine.ec.export_rows())
         dense = {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()}
+        counters = run.engine.ec.counters().values()
     finally:
         run.close()
-    return Outcome(losses, rows, dense)
+    return Outcome(losses, rows, dense, sum(c.evictions_device for c in counters),
+                   sum(c.bytes_host_backing for c in counters))

@@ -13,11 +13,15 @@ import torch
 @dataclass
 class Outcome:
     """A run's ``losses``, its ``rows`` (table -> sorted IDs and their rows, optimizer state
-    included) and its ``dense`` parameters and buffers."""
+    included) and its ``dense`` parameters and buffers; ``evictions``: rows the device tiers
+    evicted, ``spilled_bytes``: bytes the host tiers sent down to the tier below (what shows
+    that a placement really moved rows)."""
 
     losses: list[float]
     rows: dict[str, tuple[np.ndarray, np.ndarray]]
     dense: dict[str, torch.Tensor]
+    evictions: int = 0
+    spilled_bytes: int = 0
 
 
 def sorted_rows(exported: dict[str, dict[str, np.ndarray]]

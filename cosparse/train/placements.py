@@ -114,17 +114,17 @@ def resident(cfg: Config) -> Config:
 
 
 CHECKED = ("tiered", "spill", "ps-direct", "collaborative", "resume")
-_LOOKAHEAD_B = 4  # architecture B's lookahead (the arch-b preset's)
 
 
 def placement_configs(cfg: Config, steps: int) -> dict[str, Config]:
     """``cfg`` on the reference (``resident``) and on each placement ``cosparse check`` compares
     with it: ``tiered`` (a device tier of 10% of the rows the run touches, at least the rows of
     the batches in flight), ``spill`` (that device tier over a host tier of a quarter of them,
-    whose victims spill to the PS), ``ps-direct``, ``collaborative``, and ``resume`` (the tiered
-    placement, which the check saves mid-run and resumes)."""
+    whose victims spill to the PS), ``ps-direct``, ``collaborative`` (those tiers, the data
+    workers delivering), and ``resume`` (the tiered placement, which the check saves mid-run
+    and resumes). Each keeps the config's ``supply.lookahead``."""
     lookahead = cfg.supply.lookahead
-    st = trace_stats(cfg, max(lookahead, _LOOKAHEAD_B), steps)
+    st = trace_stats(cfg, lookahead, steps)
     touched = max((v[0] for v in st.values()), default=0)
     window = max((v[1] for v in st.values()), default=0)
     device = max(touched // 10, window, 1)
@@ -139,6 +139,6 @@ def placement_configs(cfg: Config, steps: int) -> dict[str, Config]:
         "spill": tiered(base, device, lookahead, workers, policy, host_rows=host,
                         spill_to="remote"),
         "ps-direct": ps_direct(base, 2, 1),
-        "collaborative": collaborative(base, device, host, _LOOKAHEAD_B, workers),
+        "collaborative": collaborative(base, device, host, lookahead, workers),
         "resume": copy.deepcopy(tier),
     }
