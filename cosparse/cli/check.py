@@ -14,9 +14,7 @@ _HELP = ("train the config's model on resident, tiered (a 10%% device tier), spi
 
 
 def add_check_parser(sub: argparse._SubParsersAction) -> None:
-    """The ``check`` command."""
-    from cosparse.train.placements import CHECKED
-
+    """The ``check`` command (its parser imports nothing heavy: ``ps serve`` shares it)."""
     c = sub.add_parser("check", help=_HELP.split(";")[0] + "; exit 1 on a difference",
                        description=_HELP.replace("%%", "%"))
     c.add_argument("--config", required=True, help="a config with a built-in model.kind (a "
@@ -25,7 +23,8 @@ def add_check_parser(sub: argparse._SubParsersAction) -> None:
                    help="steps of each run (default train.steps; at least 2)")
     c.add_argument("--data", default=None, help="override data.path")
     c.add_argument("--only", default=None, metavar="PLACEMENT[,...]",
-                   help=f"check these placements alone (of {','.join(CHECKED)})")
+                   help="check these placements alone (of tiered,spill,ps-direct,"
+                        "collaborative,resume)")
     c.set_defaults(func=_check)
 
 
