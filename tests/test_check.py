@@ -38,7 +38,7 @@ def test_dropout_from_the_global_generator_is_reproducible():
     """The trainer seeds torch's generator and a checkpoint restores it: such dropout draws the
     same masks on every placement and across a resume."""
     result = cosparse.check(GlobalDropout, mapping(), steps=4, log=lambda m: None,
-                            placements=("resume",))
+                            placements=("collaborative", "resume"))
     assert result.ok, result.table()
 
 
