@@ -8,6 +8,7 @@ CLI prints ``cosparse: <what>: <message> (<what to do>)`` on stderr and exits wi
 |------|-------------------------------------------------------------------------|
 | 0    | success                                                                 |
 | 1    | an internal error (a bug): the message asks for ``--debug``            |
+|      | (and ``cosparse check``: a placement not bit-identical, in its table)  |
 | 2    | configuration or usage (bad key or value, a store too small, --fresh),  |
 |      | a PS namespace over its quota or a PS shard's row budget full           |
 | 3    | data (a bad record, with file:line:column)                              |

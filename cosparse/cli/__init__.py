@@ -1,5 +1,5 @@
 """Command line: ``cosparse train``, ``cosparse compare``, ``cosparse report``, ``cosparse explain``,
-``cosparse plan``, ``cosparse tune``, ``cosparse ps serve|keygen``, ``cosparse features
+``cosparse plan``, ``cosparse check``, ``cosparse tune``, ``cosparse ps serve|keygen``, ``cosparse features
 lineage|diff|fit|materialize``, ``cosparse data describe|baseline`` and ``cosparse export``.
 
 Each command lives in a module of its own in this package; this one composes their parsers and
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cosparse.cli.check import add_check_parser
 from cosparse.cli.data import add_data_parser
 from cosparse.cli.export import add_export_parser
 from cosparse.cli.features import add_features_parser
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(sub)
     add_plan_parser(sub)
     add_report_parsers(sub)
+    add_check_parser(sub)
     add_tune_parser(sub)
     add_ps_parser(sub)
     add_features_parser(sub)
