@@ -217,3 +217,15 @@ def test_dlrm_factory_trains_the_built_in_dlrm_bit_for_bit(tmp_path: Path) -> No
         finally:
             trainer.close()
     assert len(losses[0]) == STEPS and losses[0] == losses[1]
+
+
+def test_cosparse_check_builds_a_factory_model_for_each_placement(tmp_path: Path,
+                                                                   models_dir: Path,
+                                                                   capsys) -> None:
+    path = tmp_path / "check.yaml"
+    path.write_text(yaml.safe_dump(config(tmp_path)))
+    code = main(["check", "--config", str(path), "--model-path", str(models_dir),
+                 "--steps", "4", "--only", "tiered,resume"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "bit-identical on every placement" in out and "tiered" in out and "resume" in out

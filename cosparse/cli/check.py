@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any
 
 _HELP = ("train the config's model on resident, tiered (a 10%% device tier), spill (a host tier "
          "spilling to the PS), ps-direct and collaborative, plus a save mid-run and a resume; "
@@ -17,8 +19,11 @@ def add_check_parser(sub: argparse._SubParsersAction) -> None:
     """The ``check`` command (its parser imports nothing heavy: ``ps serve`` shares it)."""
     c = sub.add_parser("check", help=_HELP.split(";")[0] + "; exit 1 on a difference",
                        description=_HELP.replace("%%", "%"))
-    c.add_argument("--config", required=True, help="a config with a built-in model.kind (a "
-                   "model of your own: cosparse.check(build_model, config) in Python)")
+    c.add_argument("--config", required=True, help="a config with a built-in model.kind, or "
+                   "a model of your own by model.factory (or cosparse.check(build_model, "
+                   "config) in Python)")
+    c.add_argument("--model-path", action="append", default=[], metavar="DIR",
+                   help="a folder where model.factory's module is found (repeatable)")
     c.add_argument("--steps", type=int, default=None,
                    help="steps of each run (default train.steps; at least 2)")
     c.add_argument("--data", default=None, help="override data.path")
@@ -35,8 +40,21 @@ def _check(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, {"data.path": args.data} if args.data else {})
     only = tuple(p.strip() for p in args.only.split(",") if p.strip()) if args.only else CHECKED
-    result = check(None, cfg, steps=args.steps, placements=only, log=lambda m: print(m, file=sys.stderr))
+    result = check(_factory_builder(cfg, args.model_path), cfg, steps=args.steps,
+                   placements=only, log=lambda m: print(m, file=sys.stderr))
     print(result.table())
     print(f"check: {'bit-identical on every placement' if result.ok else 'NOT bit-identical'} "
           f"({result.steps} steps)")
     return 0 if result.ok else 1
+
+
+def _factory_builder(cfg: Any, model_paths: list[str]) -> Callable[[], Any] | None:
+    """A builder of fresh models through ``model.factory`` (None: the built-in model.kind)."""
+    if not cfg.model.factory:
+        return None
+    from cosparse.api.factory import add_model_paths, build_factory_model
+    from cosparse.train.inputs import model_inputs
+
+    add_model_paths(model_paths)
+    num_dense = model_inputs(cfg).train.num_dense
+    return lambda: build_factory_model(cfg, num_dense)
