@@ -1,5 +1,6 @@
-"""``cosparse plan``: the device cache's hit rates replayed from the ID trace, the tiers'
-sizes under budgets (``--tiers``), or the tables' sharding over ranks (``--sharding``).
+"""``cosparse plan cache|tiers|sharding``: the device cache's hit rates replayed from the ID
+trace, the tiers' sizes under budgets, or the tables' sharding over ranks. The older spelling
+(``plan --config X``, ``--tiers``, ``--sharding``) still works.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from cosparse.config import ConfigError, load_config
 
 
 def _plan(args: argparse.Namespace) -> int:
+    if not args.config:
+        raise ConfigError("cosparse plan: --config is required (plan cache|tiers|sharding "
+                          "--config X.yaml)")
     if args.sharding:
         return _plan_sharding(args)
     if args.tiers:
@@ -114,37 +118,67 @@ def _plan_sharding(args: argparse.Namespace) -> int:
 
 
 def add_plan_parser(sub: argparse._SubParsersAction) -> None:
-    """The ``plan`` command."""
-    pl = sub.add_parser("plan", help="replay the ID trace and simulate device-cache hit rates")
-    pl.add_argument("--config", required=True)
-    pl.add_argument("--data", default=None, help="override data.path")
-    pl.add_argument("--steps", type=int, default=None,
-                    help="batches of the trace to replay (--sharding: the statistics' batches, "
-                         "default 50)")
-    pl.add_argument("--out", default=None,
-                    help="directory for plan.json and plan.png (default runs/plan), or, with "
-                         "--sharding, sharding.json (default: print only)")
-    pl.add_argument("--sharding", action="store_true",
-                    help="plan the tables' sharding over --ranks instead of the cache")
-    pl.add_argument("--tiers", action="store_true",
-                    help="recommend device and host sizes and PS shards under --budget, with "
-                         "the hit rate of each tier and the PS bytes per step they predict")
-    pl.add_argument("--budget", type=budgets, default={},
-                    help="--tiers: device=SIZE[,host=SIZE] (no host budget: every row fits)")
-    pl.add_argument("--ps-shard-memory", default="16GiB",
-                    help="--tiers: the memory of one PS shard, for the shard count")
-    pl.add_argument("--policies", default=None,
-                    help="--tiers: eviction policies to choose from (default lru,lfu,hotness)")
-    pl.add_argument("--drift", default=None, metavar="CONFIG",
-                    help="--tiers: a second workload (this week's): how the sizes change")
-    pl.add_argument("--ranks", type=int, default=2, help="--sharding: the world size")
-    pl.add_argument("--ranks-per-node", type=int, default=None,
-                    help="--sharding: ranks per node (default parallel.ranks_per_node, or 8)")
-    pl.add_argument("--link-gbps", type=float, default=None,
-                    help="--sharding: rank-to-rank link bandwidth (default parallel.link_gbps)")
-    pl.add_argument("--capacities", type=capacities, default=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5],
-                    help="fractions of each table's distinct IDs (values > 1: rows)")
-    pl.add_argument("--lookahead", type=int, default=4, help="window of lookahead-k (0: off)")
-    pl.add_argument("--decay", type=float, default=0.99, help="hotness decay per batch")
-    pl.add_argument("--no-progress", action="store_true", help="no progress bars")
+    """The ``plan`` command: ``plan cache|tiers|sharding``, each with its own options (and the
+    older spelling, ``plan --config X [--tiers | --sharding]``, with all of them)."""
+    pl = sub.add_parser("plan", help="plan the device cache (hit rates replayed from the ID "
+                                     "trace), the tiers under budgets, or the sharding over ranks")
+    _common(pl, required=False)
+    _cache_options(pl)
+    _tiers_options(pl)
+    _sharding_options(pl)
+    pl.add_argument("--sharding", action="store_true", help=argparse.SUPPRESS)  # plan sharding
+    pl.add_argument("--tiers", action="store_true", help=argparse.SUPPRESS)  # plan tiers
     pl.set_defaults(func=_plan)
+    kinds = pl.add_subparsers(dest="plan_command", metavar="{cache,tiers,sharding}")
+    cache = kinds.add_parser("cache", help="replay the ID trace and simulate device-cache hit "
+                                           "rates for each policy and Belady's optimum")
+    _common(cache)
+    _cache_options(cache)
+    cache.set_defaults(func=_plan, sharding=False, tiers=False)
+    tiers = kinds.add_parser("tiers", help="recommend device and host sizes and PS shards under "
+                                           "--budget, with each tier's hit rate and PS bytes")
+    _common(tiers)
+    _tiers_options(tiers)
+    tiers.set_defaults(func=_plan_tiers)
+    sharding = kinds.add_parser("sharding", help="plan the tables' sharding over --ranks")
+    _common(sharding)
+    _sharding_options(sharding)
+    sharding.set_defaults(func=_plan_sharding)
+
+
+def _common(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--config", required=required, default=None)
+    p.add_argument("--data", default=None, help="override data.path")
+    p.add_argument("--steps", type=int, default=None,
+                   help="batches of the trace to replay (sharding: the statistics' batches, "
+                        "default 50)")
+    p.add_argument("--out", default=None,
+                   help="directory for plan.json and plan.png (default runs/plan); tiers: "
+                        "tiers.json, sharding: sharding.json (default: print only)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _cache_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--capacities", type=capacities, default=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5],
+                   help="fractions of each table's distinct IDs (values > 1: rows)")
+    p.add_argument("--lookahead", type=int, default=4, help="window of lookahead-k (0: off)")
+    p.add_argument("--decay", type=float, default=0.99, help="hotness decay per batch")
+
+
+def _tiers_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", type=budgets, default={},
+                   help="device=SIZE[,host=SIZE] (no host budget: every row fits)")
+    p.add_argument("--ps-shard-memory", default="16GiB",
+                   help="the memory of one PS shard, for the shard count")
+    p.add_argument("--policies", default=None,
+                   help="eviction policies to choose from (default lru,lfu,hotness)")
+    p.add_argument("--drift", default=None, metavar="CONFIG",
+                   help="a second workload (this week's): how the sizes change")
+
+
+def _sharding_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=int, default=2, help="the world size")
+    p.add_argument("--ranks-per-node", type=int, default=None,
+                   help="ranks per node (default parallel.ranks_per_node, or 8)")
+    p.add_argument("--link-gbps", type=float, default=None,
+                   help="rank-to-rank link bandwidth (default parallel.link_gbps)")
