@@ -7,8 +7,8 @@ any kernel is decorated.
 
 The public API (``cosparse.api``) is reached from here, loaded on first use so that importing
 ``cosparse`` stays light: ``cosparse.Trainer``, ``cosparse.RunResult``,
-``cosparse.EmbeddingBagCollection``, ``cosparse.Batch``, ``cosparse.Jagged`` and
-``cosparse.load_config``.
+``cosparse.EmbeddingBagCollection``, ``cosparse.Batch``, ``cosparse.Jagged``,
+``cosparse.Objective`` and ``cosparse.load_config``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _PUBLIC = {
     "Batch": "cosparse.api.batch",
     "Jagged": "cosparse.nn.types",
     "load_config": "cosparse.api.config",
+    "Objective": "cosparse.api.objective",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -4,8 +4,9 @@ path and rank count that the config describes, and its ``RunResult``.
 It wraps the internal trainer (``cosparse.train.trainer``): the user's model goes in behind
 ``EngineModel`` instead of a built-in one, its ``EmbeddingBagCollection`` placed on the engine's
 embedding collection, its dense rest wrapped as ``parallel.dense`` says on many ranks. Lazy
-modules are materialised first (``cosparse.api.lazy``). The loss is binary cross-entropy on the
-one label; objectives come in a later part of the public API.
+modules are materialised first (``cosparse.api.lazy``). The loss is the objective's
+(``cosparse.Objective`` or the config's ``objective``; by default binary cross-entropy on the
+one label).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from cosparse.api.config import config_for_model, load_config
 from cosparse.api.embedding_bags import EmbeddingBagCollection
 from cosparse.api.engine_model import EngineModel, find_collection
 from cosparse.api.lazy import lazy_names, materialise
+from cosparse.api.objective import Objective, with_objective
 from cosparse.batch import SparseBatch
 from cosparse.config import Config
+from cosparse.config.objective import objective_of
 from cosparse.data.reader import NOT_YET, Reader
 from cosparse.train.inputs import check_table_features, model_inputs
 from cosparse.train.trainer import Trainer as EngineTrainer
@@ -45,15 +48,13 @@ class Trainer:
     ``Config``, or what ``cosparse.load_config`` reads). Use as a context manager, or ``close``."""
 
     def __init__(self, model: nn.Module, config: Config | str | Path | Mapping[str, Any],
-                 objective: Any = None, *, log: Callable[[str], None] | None = None) -> None:
-        """``log``: where the run's lines go (default: above the progress bar)."""
-        if objective is not None:
-            raise NotImplementedError("objective: per-task objectives (cosparse.Objective) come "
-                                      "in a later part of the public API; without one the loss "
-                                      "is binary cross-entropy on the label")
+                 objective: Objective | None = None, *, log: Callable[[str], None] | None = None) -> None:
+        """``objective``: the tasks and their losses (``cosparse.Objective``; None: the config's
+        ``objective`` section, or one binary task, ``label``); ``log``: where the run's lines go
+        (default: above the progress bar)."""
         path, collection = find_collection(model)
         cfg = config if isinstance(config, Config) else load_config(config)
-        cfg = config_for_model(cfg, collection.tables)
+        cfg = config_for_model(with_objective(cfg, objective), collection.tables)
         self.model = model
         self.collection: EmbeddingBagCollection = collection
         inputs = None
@@ -62,8 +63,9 @@ class Trainer:
             check_table_features(inputs.cfg, inputs.train)
             materialise(model, collection, _first_batch(inputs.train), cfg.train.seed)
         try:
+            tasks = None if objective_of(cfg.objective).default else list(cfg.objective.tasks)
             self._engine = EngineTrainer(cfg, log=log, inputs=inputs,
-                                         model=EngineModel(model, path))
+                                         model=EngineModel(model, path, tasks))
         except BaseException:
             collection.place(None)  # (what the failed set-up placed it on is stopped)
             raise

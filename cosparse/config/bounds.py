@@ -193,6 +193,8 @@ BOUNDS: dict[str, Bound] = {
     "train.health.bound_sample_steps": AT_LEAST_1,
     "train.health.planner_wait_share": Bound(0, 1),
     "train.health.stale_drop_rate": Bound(0, 1),
+    "objective.tasks.*.weight": AT_LEAST_0,  # (config/objective.py checks these two)
+    "objective.tasks.*.delta": POSITIVE,
 }
 
 
