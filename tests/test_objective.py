@@ -6,13 +6,18 @@ metrics against numpy by hand; config errors that name the key."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from torch import nn
+from objective_model import TABLES, TASKS, TwoTasks, mapping, write_csv
 
 import cosparse
 from cosparse.batch import SparseBatch
@@ -21,58 +26,9 @@ from cosparse.config.objective import ObjectiveConfig, TaskConfig
 from cosparse.config.validate import validate
 from cosparse.train.objective import objective_loss
 from cosparse.train.task_metrics import task_scores
+from tests.proctree import descendants, wait_gone
 
-TASKS = {"ctr": {"kind": "binary"},
-         "watch": {"kind": "regression", "loss": "huber", "delta": 2.0, "weight": 0.5,
-                   "mask": "ctr"}}
-TABLES = [{"name": "ids", "dim": 4, "features": ["user", "item"],
-           "optimizer": {"kind": "rowwise_adagrad", "lr": 0.05}}]
-
-
-def _csv(path, n: int = 200) -> None:
-    rng = np.random.default_rng(3)
-    user, item = rng.integers(0, 20, n), rng.integers(0, 30, n)
-    d1 = rng.normal(size=n).round(3)
-    click = (rng.random(n) < 0.4).astype(int)
-    watch = (rng.exponential(3.0, n) * click).round(2)
-    w = rng.choice([0.5, 1.0, 2.0], n)
-    rows = ["user,item,d1,click,watch,w"] + [
-        f"{user[i]},{item[i]},{d1[i]},{click[i]},{watch[i]},{w[i]}" for i in range(n)]
-    path.write_text("\n".join(rows) + "\n")
-
-
-def _mapping(path, objective: bool = True) -> dict:
-    raw = {
-        "data": {"reader": "csv", "path": str(path), "batch_size": 32, "workers": 0,
-                 "eval_fraction": 0.2,
-                 "columns": {"labels": {"ctr": "click", "watch": "watch"}, "weight": "w",
-                             "dense": ["d1"]}},
-        "model": {"dense_optimizer": {"kind": "adam", "lr": 0.01}},
-        "train": {"steps": 4, "log_every": 4, "progress": False, "threads": 1},
-        "supply": {"lookahead": 1},
-    }
-    if objective:
-        raw["objective"] = {"tasks": TASKS}
-    return raw
-
-
-class TwoTasks(nn.Module):
-    """Pooled IDs and the dense column into a shared layer, one head per task; it also checks
-    the Batch carries each task's labels and the weights."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embeddings = cosparse.EmbeddingBagCollection(TABLES)
-        self.shared = nn.Linear(2 * 4 + 1, 8)
-        self.ctr, self.watch = nn.Linear(8, 1), nn.Linear(8, 1)
-
-    def forward(self, batch: cosparse.Batch) -> dict[str, torch.Tensor]:
-        assert sorted(batch.labels) == ["ctr", "watch"] and batch.weights is not None
-        e = self.embeddings(batch)
-        h = torch.relu(self.shared(torch.cat([e["user"], e["item"], batch.dense], dim=1)))
-        return {"ctr": self.ctr(h).squeeze(1), "watch": self.watch(h).squeeze(1)}
-
+ROOT = Path(__file__).resolve().parent.parent
 
 def _fit(model, config, objective=None):
     with cosparse.Trainer(model, config, objective=objective, log=lambda m: None) as t:
@@ -80,13 +36,13 @@ def _fit(model, config, objective=None):
 
 
 def test_two_tasks_from_yaml_and_from_python_train_alike(tmp_path):
-    _csv(tmp_path / "d.csv")
+    write_csv(tmp_path / "d.csv")
     metrics = tmp_path / "m.jsonl"
-    cfg = _mapping(tmp_path / "d.csv")
+    cfg = mapping(tmp_path / "d.csv")
     cfg["train"]["metrics_json"] = str(metrics)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     from_yaml = _fit(TwoTasks(), str(tmp_path / "c.yaml"))
-    from_python = _fit(TwoTasks(), _mapping(tmp_path / "d.csv", objective=False),
+    from_python = _fit(TwoTasks(), mapping(tmp_path / "d.csv", objective=False),
                        cosparse.Objective(TASKS))
     assert len(from_yaml.losses) == 4 and all(np.isfinite(from_yaml.losses))
     assert from_yaml.losses == from_python.losses  # bit for bit
@@ -99,8 +55,8 @@ def test_two_tasks_from_yaml_and_from_python_train_alike(tmp_path):
 
 
 def test_a_label_column_never_becomes_a_feature(tmp_path):
-    _csv(tmp_path / "d.csv")
-    cfg = _mapping(tmp_path / "d.csv")
+    write_csv(tmp_path / "d.csv")
+    cfg = mapping(tmp_path / "d.csv")
     cfg["data"]["columns"]["dense"] = []  # auto: d1 (float) dense, ints sparse; never targets
     cfg = cosparse.load_config(cfg)
     from cosparse.train.inputs import model_inputs
@@ -178,21 +134,24 @@ def test_per_task_metrics_by_hand():
      r"data\.columns\.labels\.watch: column 'click' is already"),
     (lambda c: c["data"]["columns"].update(dense=["w"]),
      r"data\.columns\.dense: column 'w' is already"),
+    (lambda c: c["model"].update(kind="dlrm"),
+     r"objective\.tasks: the built-in models \(model\.kind\) train one task"),
     (lambda c: c["train"].update(early_stop={"metric": "auc.watch"}),
      r"train\.early_stop\.metric: one of \['auc\.ctr', 'logloss\.ctr', 'mse\.watch'"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, match):
-    cfg = _mapping(tmp_path / "d.csv")
+    cfg = mapping(tmp_path / "d.csv")
     cfg["objective"] = {"tasks": {k: dict(v) for k, v in TASKS.items()}}
     cfg["tables"] = TABLES
+    cfg["model"]["kind"] = None  # (a model of the user's own, as cosparse.load_config sets)
     change(cfg)
     with pytest.raises(ConfigError, match=match):  # (as `cosparse train` validates a config)
         validate(from_dict(Config, cfg))
 
 
 def test_early_stopping_on_a_task_metric(tmp_path):
-    _csv(tmp_path / "d.csv")
-    cfg = _mapping(tmp_path / "d.csv")
+    write_csv(tmp_path / "d.csv")
+    cfg = mapping(tmp_path / "d.csv")
     cfg["train"]["early_stop"] = {"metric": "mse.watch", "every": 2, "patience": 5}
     result = _fit(TwoTasks(), cfg)
     assert result.metrics["best_metric_name"] == "mse.watch"
@@ -200,10 +159,51 @@ def test_early_stopping_on_a_task_metric(tmp_path):
 
 
 def test_several_labels_without_an_objective_are_refused(tmp_path):
-    _csv(tmp_path / "d.csv")
+    write_csv(tmp_path / "d.csv")
     with pytest.raises(ConfigError, match=r"data\.columns\.labels: names tasks \['ctr', 'watch'\]"):
-        cosparse.Trainer(TwoTasks(), _mapping(tmp_path / "d.csv", objective=False))
+        cosparse.Trainer(TwoTasks(), mapping(tmp_path / "d.csv", objective=False))
     with pytest.raises(ConfigError, match=r"objective: the config's objective section and the "
                                           r"Trainer's objective= differ"):
-        cosparse.Trainer(TwoTasks(), _mapping(tmp_path / "d.csv"),
+        cosparse.Trainer(TwoTasks(), mapping(tmp_path / "d.csv"),
                          cosparse.Objective(ctr={"kind": "binary"}, watch={"kind": "regression"}))
+
+
+def test_parquet_reads_the_tasks_as_csv_does(tmp_path):
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    write_csv(tmp_path / "d.csv")
+    pq.write_table(pcsv.read_csv(tmp_path / "d.csv"), tmp_path / "d.parquet")
+    from_csv = _fit(TwoTasks(), mapping(tmp_path / "d.csv"))
+    cfg = mapping(tmp_path / "d.parquet")
+    cfg["data"]["reader"] = "parquet"
+    from_parquet = _fit(TwoTasks(), cfg)
+    assert from_parquet.losses == from_csv.losses
+    assert from_parquet.metrics["mse.watch"] == from_csv.metrics["mse.watch"]
+
+
+def test_two_ranks_sum_the_loss_over_the_global_batch(tmp_path):
+    """Each rank's summed loss over the global batch size: the same numbers as one process,
+    within float tolerance (the sums are added in another order)."""
+    write_csv(tmp_path / "d.csv")
+    out = tmp_path / "rank0.pt"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+           str(ROOT / "tests/objective_ranks.py"), str(tmp_path / "d.csv"), str(out)]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    try:
+        log, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        kids = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        wait_gone(kids, 10)
+        pytest.fail(f"the 2-rank run did not finish in 120 s:\n{log[-4000:]}")
+    assert proc.returncode == 0, f"the 2-rank run failed:\n{log[-6000:]}"
+    got, ref = torch.load(out), _fit(TwoTasks(), mapping(tmp_path / "d.csv"))
+    assert got["metrics"]["world_size"] == 2
+    np.testing.assert_allclose(got["losses"], ref.losses, rtol=1e-5)
+    for key in ("auc.ctr", "mse.watch"):
+        assert got["metrics"][key] == pytest.approx(ref.metrics[key], rel=1e-4), key

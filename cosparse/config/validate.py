@@ -35,6 +35,15 @@ def validate(cfg: Config, tables_later: bool = False) -> Config:
         validate_objective(cfg.objective, list(cols.labels) if cols is not None else None)
     if cfg.train.early_stop is not None:
         validate_metric(cfg.train.early_stop.metric, cfg.objective)
+    if cols is not None and (cols.labels or cols.weight) and (cfg.features.spec or cfg.models):
+        raise ConfigError("data.columns.labels: several tasks' labels and data.columns.weight are "
+                          "read without a feature spec (features.spec) and for one model "
+                          "(no models:)")
+    tasks = objective_of(cfg.objective).tasks
+    if (cfg.model.kind is not None or cfg.models) and list(tasks) != ["label"]:
+        raise ConfigError(f"objective.tasks: the built-in models (model.kind) train one task, "
+                          f"named label; got {sorted(tasks)} (several tasks: a model of your own "
+                          "through cosparse.Trainer)")
     if cfg.data.stream is not None and not objective_of(cfg.objective).default:
         raise ConfigError("objective: a data.stream run's progressive validation scores one "
                           "binary task, label; several tasks train on files (data.path)")

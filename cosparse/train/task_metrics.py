@@ -60,6 +60,8 @@ def evaluate_tasks(trainer: Any) -> dict[str, Any]:
         for batch in trainer._mine(joined_batches(s, want)):
             trainer.progress.beat(f"evaluating at step {trainer.state.step}")
             got = model(trainer.ec.prepare(batch))
+            if not isinstance(got, dict):  # (a built-in model: its one task, label)
+                got = {"label": got}
             outs.append({k: v.float().cpu().numpy() for k, v in got.items()})
             ys.append({k: v.numpy() for k, v in task_labels(batch).items()})
             if batch.weights is not None:
