@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cosparse.config.bounds import BOUNDS
 from cosparse.config.errors import ConfigError
 
 LOSSES = {"binary": ("bce",), "regression": ("mse", "huber")}
@@ -53,8 +52,8 @@ def objective_of(objective: ObjectiveConfig | None) -> ObjectiveConfig:
 
 
 def validate_objective(objective: ObjectiveConfig | None, label_tasks: list[str] | None) -> None:
-    """Each task's loss fits its kind, its numbers are in range, its mask names a binary task
-    (not itself); ``label_tasks``: the tasks ``data.columns.labels`` names (None: it names none,
+    """Each task's loss fits its kind (its numbers' ranges: ``bounds.py``), its mask names a
+    binary task (not itself); ``label_tasks``: the tasks ``data.columns.labels`` names (None: it names none,
     so the one task must be ``label``)."""
     if objective is None:
         if label_tasks:
@@ -73,11 +72,6 @@ def validate_objective(objective: ObjectiveConfig | None, label_tasks: list[str]
         if t.loss is not None and t.loss not in LOSSES[t.kind]:
             raise ConfigError(f"{key}.loss: a {t.kind} task's loss is one of "
                               f"{list(LOSSES[t.kind])}, got {t.loss!r}")
-        for leaf in ("delta", "weight"):
-            bound = BOUNDS[f"objective.tasks.*.{leaf}"]
-            v = getattr(t, leaf)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not bound.allows(v):
-                raise ConfigError(f"{key}.{leaf}: must be {bound.describe()} (got {v!r})")
         if t.mask is not None:
             if t.mask == name or t.mask not in tasks:
                 raise ConfigError(f"{key}.mask: names another task of objective.tasks "

@@ -102,7 +102,7 @@ def split_rows(data: DataConfig, split: Split) -> tuple[Any, str]:
         several = bool(data.columns and data.columns.labels)  # (then the tasks' labels are
         # read with the features: the split's labels are zeros, and their classes unchecked)
         row_split.check_sides(labels, mask, s, data.allow_one_class_eval or several)
-        line = row_split.summary(labels, mask, s)
+        line = row_split.summary(None if several else labels, mask, s)
         if bad:
             line += f"; {bad:,} bad records on neither side (on_bad_record: skip)"
         if not several and mask.any() and labels[mask].min() == labels[mask].max():
