@@ -10,7 +10,7 @@ from torch import nn
 
 import cosparse
 
-TASKS = {"ctr": {"kind": "binary"},
+TASKS = {"ctr": {"kind": "binary", "group_by": "user"},
          "watch": {"kind": "regression", "loss": "huber", "delta": 2.0, "weight": 0.5,
                    "mask": "ctr"}}
 TABLES = [{"name": "ids", "dim": 4, "features": ["user", "item"],

@@ -25,7 +25,7 @@ from cosparse.config import Config, ConfigError, from_dict
 from cosparse.config.objective import ObjectiveConfig, TaskConfig
 from cosparse.config.validate import validate
 from cosparse.train.objective import objective_loss
-from cosparse.train.task_metrics import task_scores
+from cosparse.train.task_metrics import first_ids, grouped_auc, task_scores
 from tests.proctree import descendants, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def test_two_tasks_from_yaml_and_from_python_train_alike(tmp_path):
                        cosparse.Objective(TASKS))
     assert len(from_yaml.losses) == 4 and all(np.isfinite(from_yaml.losses))
     assert from_yaml.losses == from_python.losses  # bit for bit
-    for key in ("auc.ctr", "logloss.ctr", "mse.watch", "mae.watch"):
+    for key in ("auc.ctr", "gauc.ctr", "logloss.ctr", "mse.watch", "mae.watch"):
         assert from_yaml.metrics[key] == from_python.metrics[key], key
         assert np.isfinite(from_yaml.metrics[key]), key
     assert "auc" not in from_yaml.metrics and from_yaml.metrics["eval_samples"] == 40
@@ -116,6 +116,19 @@ def test_per_task_metrics_by_hand():
     assert weighted["mae.watch"] == pytest.approx((1 + 3 * 4) / 4)
 
 
+def test_gauc_by_hand():
+    """GAUC: each group's AUC weighted by its samples; a group of one class does not count."""
+    y = np.array([1, 0, 0, 1, 1, 0, 1, 1, 0], np.float32)
+    s = np.array([0.9, 0.1, 0.5, 0.2, 0.2, 0.2, 0.3, 0.8, 0.4])
+    g = np.array([7, 7, 7, 3, 3, 3, 9, 9, 5])
+    # group 7: the positive above both negatives: 1; group 3: the positives tie the negative:
+    # 0.5; group 9: one class; group 5: one sample
+    assert grouped_auc(y, s, g) == pytest.approx((3 * 1.0 + 3 * 0.5) / 6)
+    assert np.isnan(grouped_auc(y[6:8], s[6:8], g[6:8]))
+    assert first_ids(np.array([5, 6, 7]), np.array([2, 0, 1])).tolist() == [
+        5, np.iinfo(np.int64).min, 7]
+
+
 @pytest.mark.parametrize("change, match", [
     (lambda c: c["objective"]["tasks"]["watch"].update(loss="bce"),
      r"objective\.tasks\.watch\.loss: a regression task's loss is one of \['mse', 'huber'\]"),
@@ -127,6 +140,8 @@ def test_per_task_metrics_by_hand():
      r"objective\.tasks\.ctr\.weight: must be"),
     (lambda c: c["objective"]["tasks"]["ctr"].update(kind="ranking"),
      r"objective\.tasks\.ctr\.kind"),
+    (lambda c: c["objective"]["tasks"]["watch"].update(group_by="user"),
+     r"objective\.tasks\.watch\.group_by: groups the AUC of a binary task"),
     (lambda c: c["objective"]["tasks"].pop("watch"),
      r"objective\.tasks: tasks \['ctr'\], but the labels are \['ctr', 'watch'\]"),
     (lambda c: c.pop("objective"), r"data\.columns\.labels: names tasks"),
@@ -137,7 +152,8 @@ def test_per_task_metrics_by_hand():
     (lambda c: c["model"].update(kind="dlrm"),
      r"objective\.tasks: the built-in models \(model\.kind\) train one task"),
     (lambda c: c["train"].update(early_stop={"metric": "auc.watch"}),
-     r"train\.early_stop\.metric: one of \['auc\.ctr', 'logloss\.ctr', 'mse\.watch'"),
+     r"train\.early_stop\.metric: 'auc\.watch' is not one of \['auc\.ctr', 'logloss\.ctr', "
+     r"'gauc\.ctr', 'mse\.watch'"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, match):
     cfg = mapping(tmp_path / "d.csv")
@@ -207,3 +223,8 @@ def test_two_ranks_sum_the_loss_over_the_global_batch(tmp_path):
     np.testing.assert_allclose(got["losses"], ref.losses, rtol=1e-5)
     for key in ("auc.ctr", "mse.watch"):
         assert got["metrics"][key] == pytest.approx(ref.metrics[key], rel=1e-4), key
+    cfg = mapping(tmp_path / "d.csv")
+    cfg["objective"]["tasks"] = {**TASKS, "ctr": {"kind": "binary", "group_by": "nope"}}
+    with pytest.raises(ConfigError, match=r"objective\.tasks\.ctr\.group_by: no feature 'nope' "
+                                          r"in the data \(its features: user, item\)"):
+        cosparse.Trainer(TwoTasks(), cfg)

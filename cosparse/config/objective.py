@@ -14,20 +14,22 @@ from cosparse.config.errors import ConfigError
 
 LOSSES = {"binary": ("bce",), "regression": ("mse", "huber")}
 METRICS = {"binary": ("auc", "logloss"), "regression": ("mse", "mae")}
-HIGHER_IS_BETTER = ("auc",)
+HIGHER_IS_BETTER = ("auc", "gauc")
 
 
 @dataclass
 class TaskConfig:
     """One task: ``binary`` (loss ``bce``) or ``regression`` (``mse``, or ``huber`` with
     ``delta``); ``weight``: its share of the total loss; ``mask``: a binary task whose label 1
-    marks the samples this task trains on (None: every sample)."""
+    marks the samples this task trains on (None: every sample); ``group_by``: a sparse feature
+    whose values group the samples of ``gauc.<task>`` (a binary task's)."""
 
     kind: Literal["binary", "regression"] = "binary"
     loss: Literal["bce", "mse", "huber"] | None = None  # None: bce (binary), mse (regression)
     delta: float = 1.0
     weight: float = 1.0
     mask: str | None = None
+    group_by: str | None = None  # a binary task's gauc.<task>: AUC per value of this feature
 
     @property
     def loss_name(self) -> str:
@@ -40,10 +42,11 @@ class ObjectiveConfig:
 
     @property
     def default(self) -> bool:
-        """One binary task named ``label`` with weight 1 and no mask: today's exact BCE."""
+        """One binary task named ``label`` with weight 1, no mask and no groups: the exact BCE
+        and the evaluation of before objectives."""
         t = self.tasks.get("label")
         return (len(self.tasks) == 1 and t is not None and t.kind == "binary"
-                and t.weight == 1.0 and t.mask is None)
+                and t.weight == 1.0 and t.mask is None and t.group_by is None)
 
 
 def objective_of(objective: ObjectiveConfig | None) -> ObjectiveConfig:
@@ -53,8 +56,8 @@ def objective_of(objective: ObjectiveConfig | None) -> ObjectiveConfig:
 
 def validate_objective(objective: ObjectiveConfig | None, label_tasks: list[str] | None) -> None:
     """Each task's loss fits its kind (its numbers' ranges: ``bounds.py``), its mask names a
-    binary task (not itself); ``label_tasks``: the tasks ``data.columns.labels`` names (None: it names none,
-    so the one task must be ``label``)."""
+    binary task (not itself); ``label_tasks``: the tasks ``data.columns.labels`` names (None:
+    it names none, so the one task must be ``label``)."""
     if objective is None:
         if label_tasks:
             raise ConfigError(f"data.columns.labels: names tasks {label_tasks}, but there is no "
@@ -72,6 +75,9 @@ def validate_objective(objective: ObjectiveConfig | None, label_tasks: list[str]
         if t.loss is not None and t.loss not in LOSSES[t.kind]:
             raise ConfigError(f"{key}.loss: a {t.kind} task's loss is one of "
                               f"{list(LOSSES[t.kind])}, got {t.loss!r}")
+        if t.group_by is not None and t.kind != "binary":
+            raise ConfigError(f"{key}.group_by: groups the AUC of a binary task (gauc); this "
+                              "task is a regression")
         if t.mask is not None:
             if t.mask == name or t.mask not in tasks:
                 raise ConfigError(f"{key}.mask: names another task of objective.tasks "
@@ -91,8 +97,17 @@ def validate_metric(metric: str, objective: ObjectiveConfig | None) -> None:
     """``train.early_stop.metric``: ``auc``/``logloss`` (the one task's), or
     ``<metric>.<task>`` of a task of the objective whose kind has that metric."""
     tasks = objective_of(objective).tasks
-    names = [f"{m}.{t}" for t, c in tasks.items() for m in METRICS[c.kind]]
+    names = [f"{m}.{t}" for t, c in tasks.items()
+             for m in (*METRICS[c.kind], *(("gauc",) if c.group_by else ()))]
     if "label" in tasks and tasks["label"].kind == "binary":
         names = ["auc", "logloss", *names]
     if metric not in names:
-        raise ConfigError(f"train.early_stop.metric: one of {names}, got {metric!r}")
+        raise ConfigError(f"train.early_stop.metric: {metric!r} is not one of {names}")
+
+
+def check_group_by(objective: ObjectiveConfig, features: list[str]) -> None:
+    """Each ``group_by`` names a feature of the data (``features``: the reader's keys)."""
+    for name, t in objective.tasks.items():
+        if t.group_by is not None and t.group_by not in features:
+            raise ConfigError(f"objective.tasks.{name}.group_by: no feature '{t.group_by}' in "
+                              f"the data (its features: {', '.join(features)})")

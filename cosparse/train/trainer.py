@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from cosparse import waits
 from cosparse.config import Config, ConfigError
-from cosparse.config.objective import objective_of
+from cosparse.config.objective import check_group_by, objective_of
 from cosparse.config.train import run_limits
 from cosparse.data.pool import WorkerExited
 from cosparse.link import Links
@@ -113,6 +113,7 @@ class Trainer(SetupRole, CheckpointRole, EvaluationRole, ReportingRole, StreamRo
             self.train_reader.log = self.log
         check_table_features(cfg, self.train_reader)
         self.objective = objective_of(cfg.objective)  # (None: one binary task, label)
+        check_group_by(self.objective, list(self.train_reader.keys))
         for note in data_notes(cfg, self.train_reader):
             self.log(note)
         self.model = (build_model(cfg, self.train_reader.num_dense, self.device) if model is None
