@@ -21,7 +21,7 @@ from objective_model import TABLES, TASKS, TwoTasks, mapping, write_csv
 
 import cosparse
 from cosparse.batch import SparseBatch
-from cosparse.config import Config, ConfigError, from_dict
+from cosparse.config import Config, ConfigError, from_dict, switch_preset
 from cosparse.config.objective import ObjectiveConfig, TaskConfig
 from cosparse.config.validate import validate
 from cosparse.train.objective import objective_loss
@@ -228,3 +228,19 @@ def test_two_ranks_sum_the_loss_over_the_global_batch(tmp_path):
     with pytest.raises(ConfigError, match=r"objective\.tasks\.ctr\.group_by: no feature 'nope' "
                                           r"in the data \(its features: user, item\)"):
         cosparse.Trainer(TwoTasks(), cfg)
+
+
+def test_collaborative_workers_carry_the_tasks_labels_and_weights(tmp_path):
+    """Architecture B: the data workers send each batch's tasks' labels and weights with its
+    rows; the run is bit-identical to the resident one."""
+    write_csv(tmp_path / "d.csv")
+    raw = switch_preset(mapping(tmp_path / "d.csv"), "arch-b", {
+        "store.remote.embedded": True, "store.remote.num_shards": 2, "store.device.rows": 48,
+        "store.host.rows": 96, "supply.lookahead": 2})
+    raw["data"]["workers"] = 2
+    with cosparse.Trainer(TwoTasks(), raw, log=lambda m: None) as t:
+        got = t.fit()
+        assert t._engine.path.counters_b.batches == 4  # the workers delivered every batch
+    ref = _fit(TwoTasks(), mapping(tmp_path / "d.csv"))
+    assert got.losses == ref.losses
+    assert got.metrics["mse.watch"] == ref.metrics["mse.watch"]
