@@ -244,3 +244,12 @@ def test_collaborative_workers_carry_the_tasks_labels_and_weights(tmp_path):
     ref = _fit(TwoTasks(), mapping(tmp_path / "d.csv"))
     assert got.losses == ref.losses
     assert got.metrics["mse.watch"] == ref.metrics["mse.watch"]
+
+
+def test_the_dry_run_sizing_step_runs_the_objective(tmp_path):
+    """A device budget sizes the tiers from a dry step of the model: its loss is the
+    objective's (a model of several tasks returns a dict, which BCE alone cannot take)."""
+    write_csv(tmp_path / "d.csv")
+    cfg = mapping(tmp_path / "d.csv")
+    cfg["store"] = {"device": {"budget_bytes": "1MiB"}}
+    assert np.isfinite(_fit(TwoTasks(), cfg).losses).all()

@@ -16,6 +16,7 @@ from torch import nn
 
 from cosparse.api.batch import Batch
 from cosparse.api.embedding_bags import EmbeddingBagCollection
+from cosparse.batch import SparseBatch
 from cosparse.config import ConfigError
 from cosparse.nn.types import PreparedBatch
 
@@ -65,6 +66,11 @@ class EngineModel(nn.Module):
             return
         super().__setattr__(name, value)
 
+    def dry_forward(self, batch: SparseBatch, device: torch.device) -> Any:
+        """The outputs on ``batch`` with zeros for every lookup, before the collection is
+        placed (the tiers' sizing measures the dense part's step with it)."""
+        return _dry_outputs(self, batch, device)
+
     def forward(self, prepared: PreparedBatch) -> torch.Tensor | dict[str, torch.Tensor]:
         """The logits [B] of the user's model on ``prepared`` (several tasks: per task)."""
         batch = Batch(prepared, self.ec.device)
@@ -72,6 +78,18 @@ class EngineModel(nn.Module):
         if self.tasks is None:
             return logits_of(out, batch.batch_size)
         return task_outputs(out, self.tasks, batch.batch_size)
+
+
+def _dry_outputs(engine: EngineModel, batch: SparseBatch, device: torch.device) -> Any:
+    collection = engine.collection
+    collection._dry = True
+    try:
+        out = engine.model(Batch(PreparedBatch(batch, {}), device))
+    finally:
+        collection._dry = False
+    if engine.tasks is None:
+        return logits_of(out, batch.batch_size)
+    return task_outputs(out, engine.tasks, batch.batch_size)
 
 
 def task_outputs(out: Any, tasks: list[str], batch_size: int) -> dict[str, torch.Tensor]:

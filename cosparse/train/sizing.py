@@ -51,12 +51,14 @@ def measure_dense_bytes(model: RecModel, batch: SparseBatch, opt_kind: str,
         saved += t.numel() * t.element_size()
         return t
 
+    unplaced = model.ec is None  # (a user's model: its collection is placed later)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(model.ec.prepare_and_stage(batch))
-        device = next(iter(params)).device if params else torch.device("cpu")
+        logits = (model.dry_forward(batch, device) if unplaced  # type: ignore[operator]
+                  else model(model.ec.prepare_and_stage(batch)))
         loss = objective_loss(objective_of(objective), logits, batch, device)
     loss.backward()
-    model.ec._pending = []  # the dry run trains nothing
+    if not unplaced:
+        model.ec._pending = []  # the dry run trains nothing
     for p in params:
         p.grad = None
     if device.type == "cuda":
