@@ -84,8 +84,9 @@ class Trainer:
                          self._engine.state.step)
 
     def evaluate(self) -> dict[str, Any]:
-        """AUC and log loss over the eval split (``auc``, ``logloss``, and as ``auc.label``,
-        ``logloss.label``); the tables are not modified."""
+        """The metrics over the eval split, per task (``auc.<task>``, ``logloss.<task>``,
+        ``gauc.<task>``, ``mse.<task>``, ``mae.<task>``; the one task's also as ``auc`` and
+        ``logloss``); the tables are not modified."""
         return _with_task_names(self._engine.evaluate())
 
     def save(self, directory: str | Path) -> Path:
