@@ -8,7 +8,8 @@ any kernel is decorated.
 The public API (``cosparse.api``) is reached from here, loaded on first use so that importing
 ``cosparse`` stays light: ``cosparse.Trainer``, ``cosparse.RunResult``,
 ``cosparse.EmbeddingBagCollection``, ``cosparse.Batch``, ``cosparse.Jagged``,
-``cosparse.load_config`` and ``cosparse.check`` (with its ``CheckResult``).
+``cosparse.Objective``, ``cosparse.load_config`` and ``cosparse.check`` (with its
+``CheckResult``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _PUBLIC = {
     "load_config": "cosparse.api.config",
     "check": "cosparse.api.check",
     "CheckResult": "cosparse.api.check",
+    "Objective": "cosparse.api.objective",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -55,6 +55,10 @@ class SparseBatch:
     worker_spans: list | None = field(default=None, repr=False, compare=False)
     prepared_ids: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     parts: dict[str, SparseBatch] | None = field(default=None, repr=False, compare=False)
+    # several tasks' labels (float32 [batch_size] each; None: the one task, ``labels``) and
+    # per-sample weights (float32 [batch_size]; None: each sample weighs 1)
+    task_labels: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    weights: torch.Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.values.dtype != torch.int64:
@@ -105,6 +109,9 @@ class SparseBatch:
             features_computed=self.features_computed,
             build_ms=self.build_ms,
             worker_spans=self.worker_spans,
+            task_labels=None if self.task_labels is None else {
+                k: v.to(device) for k, v in self.task_labels.items()},
+            weights=None if self.weights is None else self.weights.to(device),
         )
 
     # --- TorchRec KeyedJaggedTensor layout -------------------------------------------------
@@ -137,6 +144,9 @@ class SparseBatch:
             "features_computed": self.features_computed,
             "build_ms": self.build_ms,
             "worker_spans": self.worker_spans,
+            "task_labels": None if self.task_labels is None else {
+                k: v.numpy() for k, v in self.task_labels.items()},
+            "weights": None if self.weights is None else self.weights.numpy(),
         }
 
     @classmethod
@@ -153,7 +163,14 @@ class SparseBatch:
             features_computed=int(a.get("features_computed", 0)),  # type: ignore[arg-type]
             build_ms=float(a.get("build_ms", 0.0)),  # type: ignore[arg-type]
             worker_spans=a.get("worker_spans"),  # type: ignore[arg-type]
+            task_labels=None if a.get("task_labels") is None else {
+                k: _floats(v) for k, v in a["task_labels"].items()},  # type: ignore[union-attr]
+            weights=None if a.get("weights") is None else _floats(a["weights"]),
         )
+
+
+def _floats(a: Any) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
 
 
 def concat_batches(batches: list[SparseBatch]) -> SparseBatch:
@@ -174,4 +191,9 @@ def concat_batches(batches: list[SparseBatch]) -> SparseBatch:
         sum(b.bad_records for b in batches), batches[0].index, dense_keys=batches[0].dense_keys,
         features_computed=sum(b.features_computed for b in batches),
         build_ms=sum(b.build_ms for b in batches),
+        task_labels=None if batches[0].task_labels is None else {
+            k: torch.cat([b.task_labels[k] for b in batches])  # type: ignore[index]
+            for k in batches[0].task_labels},
+        weights=None if batches[0].weights is None else torch.cat(
+            [b.weights for b in batches]),  # type: ignore[misc]
     )

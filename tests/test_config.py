@@ -172,6 +172,7 @@ def _populated():
         TableConfig,
         TraceConfig,
     )
+    from cosparse.config.objective import ObjectiveConfig, TaskConfig
 
     def fill(obj):
         hints = typing.get_type_hints(type(obj))
@@ -198,6 +199,7 @@ def _populated():
     cfg.data.stream = StreamConfig()
     cfg.train.early_stop = EarlyStopConfig()
     cfg.train.trace = TraceConfig()
+    cfg.objective = ObjectiveConfig({"t": TaskConfig()})
     fill(cfg)
     cfg.model.dropout = 0.1  # (the regularisation keys: numeric, with non-zero values)
     cfg.model.dense_optimizer.weight_decay = 1e-4

@@ -56,14 +56,16 @@ class KeyedIds:
 
 class Batch:
     """One batch as the model sees it: ``dense`` [B, n] float32, ``sparse`` (``KeyedIds``),
-    ``labels`` (``dict[task, Tensor[B]]``: one task, ``label``), ``weights`` (None: every
-    sample weighs 1)."""
+    ``labels`` (``dict[task, Tensor[B]]``: each task's, or the one task ``label``), ``weights``
+    (``data.columns.weight``'s, or None: every sample weighs 1)."""
 
     def __init__(self, prepared: PreparedBatch, device: torch.device) -> None:
         self._prepared = prepared
         self.device = device
         self.sparse = KeyedIds(prepared.batch)
-        self.weights: torch.Tensor | None = None
+        w = prepared.batch.weights
+        self.weights: torch.Tensor | None = (None if w is None
+                                             else w.to(device, non_blocking=True))
         self._dense: torch.Tensor | None = None
         self._labels: dict[str, torch.Tensor] | None = None
 
@@ -85,8 +87,9 @@ class Batch:
     @property
     def labels(self) -> dict[str, torch.Tensor]:
         if self._labels is None:
-            self._labels = {"label": self._prepared.batch.labels.to(self.device,
-                                                                    non_blocking=True)}
+            raw = self._prepared.batch
+            tasks = raw.task_labels if raw.task_labels is not None else {"label": raw.labels}
+            self._labels = {k: v.to(self.device, non_blocking=True) for k, v in tasks.items()}
         return self._labels
 
     def __repr__(self) -> str:

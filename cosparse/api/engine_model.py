@@ -4,7 +4,7 @@ interface the internal trainer reads (``ec``, ``dropout``, ``forward(prepared) -
 Its ``ec`` is the model's one ``EmbeddingBagCollection``'s engine: setting it (what the trainer
 does whenever it builds or rebuilds the collection) places that collection. Its ``forward``
 hands the user's model a ``cosparse.Batch`` and checks what comes back: a ``Tensor[B]`` (or
-[B, 1]), or a one-entry dict naming the one task, ``label``.
+[B, 1]) of one task, or a dict of them naming the objective's tasks.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch import nn
 
 from cosparse.api.batch import Batch
 from cosparse.api.embedding_bags import EmbeddingBagCollection
+from cosparse.batch import SparseBatch
 from cosparse.config import ConfigError
 from cosparse.nn.types import PreparedBatch
 
@@ -40,9 +41,13 @@ def find_collection(model: nn.Module) -> tuple[str, EmbeddingBagCollection]:
 class EngineModel(nn.Module):
     """``model`` (the user's) as the internal trainer drives it."""
 
-    def __init__(self, model: nn.Module, collection_path: str) -> None:
+    def __init__(self, model: nn.Module, collection_path: str,
+                 tasks: list[str] | None = None) -> None:
+        """``tasks``: the objective's tasks, whose outputs ``forward`` returns by name (None:
+        the one task's logits)."""
         super().__init__()
         self.model = model
+        self.tasks = tasks
         self.dropout = None  # (the built-in models' seeded tower dropout: none here)
         self._path = collection_path
 
@@ -61,10 +66,44 @@ class EngineModel(nn.Module):
             return
         super().__setattr__(name, value)
 
-    def forward(self, prepared: PreparedBatch) -> torch.Tensor:
-        """The logits [B] of the user's model on ``prepared``."""
+    def dry_forward(self, batch: SparseBatch, device: torch.device) -> Any:
+        """The outputs on ``batch`` with zeros for every lookup, before the collection is
+        placed (the tiers' sizing measures the dense part's step with it)."""
+        return _dry_outputs(self, batch, device)
+
+    def forward(self, prepared: PreparedBatch) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The logits [B] of the user's model on ``prepared`` (several tasks: per task)."""
         batch = Batch(prepared, self.ec.device)
-        return logits_of(self.model(batch), batch.batch_size)
+        out = self.model(batch)
+        if self.tasks is None:
+            return logits_of(out, batch.batch_size)
+        return task_outputs(out, self.tasks, batch.batch_size)
+
+
+def _dry_outputs(engine: EngineModel, batch: SparseBatch, device: torch.device) -> Any:
+    collection = engine.collection
+    collection._dry = True
+    try:
+        out = engine.model(Batch(PreparedBatch(batch, {}), device))
+    finally:
+        collection._dry = False
+    if engine.tasks is None:
+        return logits_of(out, batch.batch_size)
+    return task_outputs(out, engine.tasks, batch.batch_size)
+
+
+def task_outputs(out: Any, tasks: list[str], batch_size: int) -> dict[str, torch.Tensor]:
+    """Each task's output [B] from what a model's forward returned: a dict naming exactly the
+    objective's ``tasks`` (a Tensor serves an objective of one task)."""
+    if not isinstance(out, dict):
+        if len(tasks) != 1:
+            raise TypeError(f"the model's forward returned a {type(out).__name__}; the objective "
+                            f"has tasks {tasks}: return a dict of one Tensor[B] per task")
+        out = {tasks[0]: out}
+    if sorted(out) != sorted(tasks):
+        raise ValueError(f"the model's forward returned tasks {sorted(out)}; the objective's "
+                         f"tasks (objective.tasks) are {sorted(tasks)}")
+    return {t: _one(out[t], batch_size, t) for t in tasks}
 
 
 def logits_of(out: Any, batch_size: int) -> torch.Tensor:
@@ -73,15 +112,21 @@ def logits_of(out: Any, batch_size: int) -> torch.Tensor:
         if len(out) != 1 or "label" not in out:
             raise ValueError(
                 f"the model's forward returned tasks {sorted(out)}; without an objective the one "
-                "task is 'label' (several tasks need cosparse.Objective, a later part of the "
-                "public API)")
+                "task is 'label' (several tasks: give cosparse.Trainer an objective, or the "
+                "config an objective section)")
         out = out["label"]
+    return _one(out, batch_size, "label")
+
+
+def _one(out: Any, batch_size: int, task: str) -> torch.Tensor:
+    """One task's output as a float Tensor [B] (a [B, 1] one squeezed)."""
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"the model's forward must return a Tensor[B] of logits (or "
-                        f"{{'label': Tensor[B]}}), not a {type(out).__name__}")
+        raise TypeError(f"the model's forward must return a Tensor[B] for task '{task}', not a "
+                        f"{type(out).__name__}")
     if out.dim() == 2 and out.shape[1] == 1:
         out = out.squeeze(1)
     if out.shape != (batch_size,) or not out.is_floating_point():
         raise ValueError(f"the model's forward returned {out.dtype} {tuple(out.shape)}; "
-                         f"expected float logits of shape ({batch_size},) or ({batch_size}, 1)")
+                         f"expected float logits of shape ({batch_size},) or ({batch_size}, 1) "
+                         f"(task '{task}')")
     return out

@@ -4,8 +4,9 @@ path and rank count that the config describes, and its ``RunResult``.
 It wraps the internal trainer (``cosparse.train.trainer``): the user's model goes in behind
 ``EngineModel`` instead of a built-in one, its ``EmbeddingBagCollection`` placed on the engine's
 embedding collection, its dense rest wrapped as ``parallel.dense`` says on many ranks. Lazy
-modules are materialised first (``cosparse.api.lazy``). The loss is binary cross-entropy on the
-one label; objectives come in a later part of the public API.
+modules are materialised first (``cosparse.api.lazy``). The loss is the objective's
+(``cosparse.Objective`` or the config's ``objective``; by default binary cross-entropy on the
+one label).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from cosparse.api.config import config_for_model, load_config
 from cosparse.api.embedding_bags import EmbeddingBagCollection
 from cosparse.api.engine_model import EngineModel, find_collection
 from cosparse.api.lazy import lazy_names, materialise
+from cosparse.api.objective import Objective, with_objective
 from cosparse.batch import SparseBatch
 from cosparse.config import Config
+from cosparse.config.objective import objective_of
 from cosparse.data.reader import NOT_YET, Reader
 from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.train.dense import pick_device
@@ -47,19 +50,17 @@ class Trainer:
     ``Config``, or what ``cosparse.load_config`` reads). Use as a context manager, or ``close``."""
 
     def __init__(self, model: nn.Module, config: Config | str | Path | Mapping[str, Any],
-                 objective: Any = None, *, log: Callable[[str], None] | None = None,
+                 objective: Objective | None = None, *, log: Callable[[str], None] | None = None,
                  inputs: ModelInputs | None = None,
                  on_interval: Callable[[dict[str, Any]], Any] | None = None) -> None:
-        """``log``: where the run's lines go (default: above the progress bar). ``inputs``
-        and ``on_interval``, as ``cosparse train`` gives them (``cosparse.api.factory``): the
-        readers, already made from the config, and what watches every interval's metrics."""
-        if objective is not None:
-            raise NotImplementedError("objective: per-task objectives (cosparse.Objective) come "
-                                      "in a later part of the public API; without one the loss "
-                                      "is binary cross-entropy on the label")
+        """``objective``: the tasks and their losses (``cosparse.Objective``; None: the config's
+        ``objective`` section, or one binary task, ``label``); ``log``: where the run's lines go
+        (default: above the progress bar). ``inputs`` and ``on_interval``, as ``cosparse train``
+        gives them (``cosparse.api.factory``): the readers, already made from the config, and
+        what watches every interval's metrics."""
         path, collection = find_collection(model)
         cfg = config if isinstance(config, Config) else load_config(config)
-        cfg = config_for_model(cfg, collection.tables)
+        cfg = config_for_model(with_objective(cfg, objective), collection.tables)
         self.model = model
         self.collection: EmbeddingBagCollection = collection
         if lazy_names(model):  # a dry forward on the first batch, before any optimizer sees it
@@ -71,8 +72,9 @@ class Trainer:
                 # what "dense first" sizing dry-runs the model on before the tiers exist: a
                 # collection as a built-in model's own (the trainer then places the real one)
                 collection.place(EmbeddingCollection(cfg.tables, pick_device(cfg.train.device)))
+            tasks = None if objective_of(cfg.objective).default else list(cfg.objective.tasks)
             self._engine = EngineTrainer(cfg, log=log, inputs=inputs, on_interval=on_interval,
-                                         model=EngineModel(model, path))
+                                         model=EngineModel(model, path, tasks))
         except BaseException:
             collection.place(None)  # (what the failed set-up placed it on is stopped)
             raise
@@ -96,8 +98,9 @@ class Trainer:
                          self._engine.state.step)
 
     def evaluate(self) -> dict[str, Any]:
-        """AUC and log loss over the eval split (``auc``, ``logloss``, and as ``auc.label``,
-        ``logloss.label``); the tables are not modified."""
+        """The metrics over the eval split, per task (``auc.<task>``, ``logloss.<task>``,
+        ``gauc.<task>``, ``mse.<task>``, ``mae.<task>``; the one task's also as ``auc`` and
+        ``logloss``); the tables are not modified."""
         return _with_task_names(self._engine.evaluate())
 
     def save(self, directory: str | Path) -> Path:

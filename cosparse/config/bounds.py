@@ -193,6 +193,8 @@ BOUNDS: dict[str, Bound] = {
     "train.health.bound_sample_steps": AT_LEAST_1,
     "train.health.planner_wait_share": Bound(0, 1),
     "train.health.stale_drop_rate": Bound(0, 1),
+    "objective.tasks.*.weight": AT_LEAST_0,
+    "objective.tasks.*.delta": POSITIVE,
 }
 
 
@@ -204,12 +206,18 @@ def numeric_leaves(obj: Any, key: str = "") -> Iterator[tuple[str, int | float]]
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             yield from numeric_leaves(v, f"{key}[{i}]")
+    elif isinstance(obj, dict):  # (named entries, such as objective.tasks.NAME)
+        for k, v in obj.items():
+            if dataclasses.is_dataclass(v):
+                yield from numeric_leaves(v, f"{key}.{k}")
     elif isinstance(obj, int | float) and not isinstance(obj, bool):
         yield key, obj
 
 
 def pattern_of(key: str) -> str:
-    """``models[1].tables[0].dim`` -> ``tables[*].dim``: the BOUNDS entry of a dotted key."""
+    """``models[1].tables[0].dim`` -> ``tables[*].dim``, ``objective.tasks.ctr.weight`` ->
+    ``objective.tasks.*.weight``: the BOUNDS entry of a dotted key."""
+    key = re.sub(r"^objective\.tasks\.[^.]+\.", "objective.tasks.*.", key)
     return re.sub(r"^models\[\*\]\.(model\.)?", lambda m: m.group(1) or "",
                   re.sub(r"\[\d+\]", "[*]", key))
 

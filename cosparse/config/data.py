@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from cosparse.config.errors import ConfigError
 from cosparse.config.eval_path import validate_eval_path
-from cosparse.config.labels import LabelConfig, as_label, validate_label
+from cosparse.config.labels import LabelConfig, as_label, validate_label, validate_targets
 from cosparse.config.libsvm import LibsvmConfig
 from cosparse.config.synthetic import SequenceSyntheticConfig, SyntheticConfig
 
@@ -82,6 +82,10 @@ class ColumnsConfig:
     ID; ``auto``: every column not named elsewhere), sequences (lists, each element hashed), drops."""
 
     label: LabelConfig = field(default_factory=LabelConfig)  # YAML: a name or a mapping
+    # several tasks' labels ({task: column or mapping}; objective.tasks names their kinds) and
+    # the per-sample weight column: neither ever becomes a feature
+    labels: dict[str, LabelConfig] = field(default_factory=dict)
+    weight: str | None = None
     dense: list[str] = field(default_factory=list)
     sparse: list[str] | Literal["auto"] = "auto"
     sequence: list[str] = field(default_factory=list)
@@ -104,6 +108,11 @@ class ColumnsConfig:
 
     def __post_init__(self) -> None:  # (code may give the label by its column's name)
         self.label = as_label(self.label)
+        self.labels = {k: as_label(v) for k, v in self.labels.items()}
+
+    def target_columns(self) -> list[str]:
+        """The columns of ``labels`` and ``weight`` (never features)."""
+        return [r.column for r in self.labels.values()] + ([self.weight] if self.weight else [])
 
 
 @dataclass
@@ -244,6 +253,9 @@ def _validate_csv(d: DataConfig) -> None:
         if col == cols.label.column or col in cols.drop:
             raise ConfigError(f"{key}: column '{col}' is the label or dropped")
     named: dict[str, str] = {cols.label.column: "label"}
+    if cols.labels or cols.weight:
+        named = {**({} if cols.labels else named),
+                 **validate_targets(d.reader, cols.labels, cols.weight)}
     roles = [("dense", cols.dense), ("sequence", cols.sequence), ("drop", cols.drop)]
     if cols.sparse != "auto":
         roles.insert(1, ("sparse", cols.sparse))

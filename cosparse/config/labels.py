@@ -64,3 +64,27 @@ def mapping_hint(column: str) -> str:
     """What to set when a label column holds values other than 0/1."""
     return (f"set {KEY}: {{column: {column}, positive: [...]}} or "
             f"{{column: {column}, threshold: x}} to map its values")
+
+
+def validate_targets(reader: str, labels: dict[str, LabelConfig], weight: str | None
+                     ) -> dict[str, str]:
+    """data.columns.labels and weight: readers csv and parquet, one column per task, each
+    mapping well-formed; returns their columns' roles."""
+    if reader not in ("csv", "parquet"):
+        raise ConfigError(f"data.columns.labels: several tasks' labels and data.columns.weight "
+                          f"are read by readers csv and parquet, not '{reader}'")
+    named: dict[str, str] = {}
+    for task, rule in labels.items():
+        key = f"data.columns.labels.{task}"
+        try:
+            validate_label(rule, reader)
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("data.columns.label", key, 1)) from None
+        if rule.column in named:
+            raise ConfigError(f"{key}: column '{rule.column}' is already {named[rule.column]}")
+        named[rule.column] = f"the label of task {task}"
+    if weight is not None:
+        if not weight or weight in named:
+            raise ConfigError(f"data.columns.weight: a column of its own, got {weight!r}")
+        named[weight] = "the weight"
+    return named

@@ -9,6 +9,7 @@ from typing import Literal
 from cosparse.config.data import DataConfig
 from cosparse.config.model import ModelConfig
 from cosparse.config.models import ModelEntry
+from cosparse.config.objective import ObjectiveConfig
 from cosparse.config.parallel import ParallelConfig
 from cosparse.config.store import StoreConfig
 from cosparse.config.supply import SupplyConfig
@@ -47,3 +48,4 @@ class Config:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    objective: ObjectiveConfig | None = None  # None: one binary task, label

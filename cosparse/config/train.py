@@ -50,7 +50,9 @@ class EarlyStopConfig:
     """Evaluate every ``every`` steps; stop once ``metric`` has not improved for ``patience``
     evaluations in a row (AUC: higher is better; log loss: lower)."""
 
-    metric: Literal["auc", "logloss"] = "auc"
+    # auc or logloss (the one task, label), or <metric>.<task>: auc, logloss (binary), mse, mae
+    # (regression) of a task of the objective (config/objective.py checks it)
+    metric: str = "auc"
     patience: int = 3
     every: int = 100
 
@@ -120,6 +122,7 @@ class TrainConfig:
     check_versions: bool = False
     autotune: AutotuneConfig = field(default_factory=AutotuneConfig)
     early_stop: EarlyStopConfig | None = None  # None: train every step of `steps`/`epochs`
+    weighted_metrics: bool = False  # eval metrics weighted by data.columns.weight (AUC: not)
     # keep a checkpoint of the best evaluation (under checkpoint.dir/best) and end the run on it
     keep_best: bool = False
     # the first steps a process trains, left out of the run summary's timing figures

@@ -8,6 +8,7 @@ from cosparse.config.data import validate_data
 from cosparse.config.errors import ConfigError
 from cosparse.config.model import validate_model
 from cosparse.config.models import model_config, validate_models
+from cosparse.config.objective import objective_of, validate_metric, validate_objective
 from cosparse.config.parallel import validate_parallel
 from cosparse.config.root import Config
 from cosparse.config.store import validate_remote, validate_store
@@ -29,6 +30,23 @@ def validate(cfg: Config, tables_later: bool = False) -> Config:
     if violation is not None:
         raise ConfigError(violation)
     validate_data(cfg)
+    cols = cfg.data.columns
+    if not (tables_later and cfg.objective is None):  # (cosparse.Trainer's objective= may come)
+        validate_objective(cfg.objective, list(cols.labels) if cols is not None else None)
+    if cfg.train.early_stop is not None:
+        validate_metric(cfg.train.early_stop.metric, cfg.objective)
+    if cols is not None and (cols.labels or cols.weight) and (cfg.features.spec or cfg.models):
+        raise ConfigError("data.columns.labels: several tasks' labels and data.columns.weight are "
+                          "read without a feature spec (features.spec) and for one model "
+                          "(no models:)")
+    tasks = objective_of(cfg.objective).tasks
+    if (cfg.model.kind is not None or cfg.models) and list(tasks) != ["label"]:
+        raise ConfigError(f"objective.tasks: the built-in models (model.kind) train one task, "
+                          f"named label; got {sorted(tasks)} (several tasks: a model of your own "
+                          "through cosparse.Trainer)")
+    if cfg.data.stream is not None and not objective_of(cfg.objective).default:
+        raise ConfigError("objective: a data.stream run's progressive validation scores one "
+                          "binary task, label; several tasks train on files (data.path)")
     if cfg.train.steps is None and cfg.train.epochs is None:  # (for whoever reads train.steps;
         cfg.train.steps = DEFAULT_STEPS                       # a multi-model run's too)
     if not cfg.models:

@@ -26,6 +26,7 @@ from cosparse.config import ColumnsConfig, ConfigError
 from cosparse.data.errors import DataError
 from cosparse.features import kernels as K
 from cosparse.features.sources import RawSource
+from cosparse.features.targets import Targets
 from cosparse.features.transforms.time import DATETIME
 from cosparse.features.types import FLOAT, INT, LIST_KINDS, STRING_KINDS, Column
 
@@ -63,7 +64,8 @@ def column_roles(kinds: dict[str, str], cols: ColumnsConfig) -> tuple[list[str],
                               "values, not times (int or string)")
     dense = list(cols.dense)
     if cols.sparse == "auto":
-        named = set(cols.dense) | set(cols.sequence) | set(cols.datetime)
+        named = (set(cols.dense) | set(cols.sequence) | set(cols.datetime)
+                 | set(cols.target_columns()))
         rest = [c for c in kinds if c not in named]
         sparse = [c for c in rest if kinds[c] != FLOAT]
         dense += [c for c in rest if kinds[c] == FLOAT]
@@ -116,8 +118,12 @@ def _dense(col: Column) -> np.ndarray:
 class ColumnMapReader:
     """A cosparse Reader over ``source`` whose columns ``cols`` maps to model inputs."""
 
-    def __init__(self, source: RawSource, cols: ColumnsConfig) -> None:
+    def __init__(self, source: RawSource, cols: ColumnsConfig,
+                 regression: set[str] | None = None, on_bad_record: str = "fail") -> None:
+        """``regression``: the tasks of ``cols.labels`` that are regressions."""
         self.source = source
+        self.targets = (Targets(cols.labels, regression or set(), cols.weight, on_bad_record)
+                        if cols.labels or cols.weight else None)
         self.id_columns, self.dense_keys = column_roles(dict(source.columns), cols)
         # (feature, time column, its format, field, since) of data.columns.datetime
         self.times = [(f"{c}_{f}", c, dt.format, f, dt.since) for c, dt in cols.datetime.items()
@@ -128,7 +134,8 @@ class ColumnMapReader:
         self.num_dense: int = len(self.dense_keys)
         space = id_space_seeds(dict(source.columns), self.id_columns, cols)
         self.seeds = {c: column_seed(cols.hash_seed, space.get(c, c)) for c in self.keys}
-        self.read = list(dict.fromkeys(self.id_columns + self.dense_keys + list(cols.datetime)))
+        self.read = list(dict.fromkeys(self.id_columns + self.dense_keys + list(cols.datetime)
+                                       + (self.targets.columns if self.targets else [])))
 
     @property
     def num_batches(self) -> int:
@@ -139,6 +146,9 @@ class ColumnMapReader:
 
     def build(self, task: Any) -> SparseBatch:
         raw = self.source.build_raw(task, self.read)  # type: ignore[call-arg]
+        tasks, weights = None, None
+        if self.targets is not None:
+            raw, tasks, weights = self.targets.read(raw)
         n = raw.num_rows
         cols = dict(raw.columns)
         for key, col, fmt, emit, since in self.times:
@@ -160,4 +170,7 @@ class ColumnMapReader:
             torch.from_numpy(np.concatenate(lengths) if lengths else np.zeros(0, np.int64)),
             torch.from_numpy(np.ascontiguousarray(dense)),
             torch.from_numpy(np.ascontiguousarray(raw.labels, np.float32)),
-            bad_records=raw.bad_records, index=raw.index, dense_keys=list(self.dense_keys))
+            bad_records=raw.bad_records, index=raw.index, dense_keys=list(self.dense_keys),
+            task_labels=None if tasks is None else {t: torch.from_numpy(v)
+                                                    for t, v in tasks.items()},
+            weights=None if weights is None else torch.from_numpy(weights))

@@ -111,10 +111,13 @@ def eval_mask(cols: dict[str, Column], rows: int, s: SplitConfig,
     return mask
 
 
-def summary(labels: np.ndarray, mask: np.ndarray, s: SplitConfig) -> str:
-    """``split by ...: train N rows (P% positive), eval M rows (Q% positive)``."""
+def summary(labels: np.ndarray | None, mask: np.ndarray, s: SplitConfig) -> str:
+    """``split by ...: train N rows (P% positive), eval M rows (Q% positive)`` (``labels``
+    None: the rows only)."""
     def side(m: np.ndarray) -> str:
         n = int(m.sum())
+        if labels is None:
+            return f"{n:,} rows"
         pos = float(labels[m].mean()) if n else 0.0
         return f"{n:,} rows ({pos:.1%} positive)"
 

@@ -56,6 +56,9 @@ def local_part(batch: SparseBatch, rank: int, world: int, balance: str = "sample
         batch, values=torch.from_numpy(np.ascontiguousarray(vals)),
         lengths=torch.from_numpy(np.ascontiguousarray(lens)),
         dense=batch.dense[s0:s1], labels=batch.labels[s0:s1], _offsets=None,
+        task_labels=None if batch.task_labels is None else {
+            k: v[s0:s1] for k, v in batch.task_labels.items()},
+        weights=None if batch.weights is None else batch.weights[s0:s1],
         prepared_ids=None,  # (the global batch's: this rank's shards are prepared anew)
         # the rows this rank's workers delivered (architecture B) stay with the batch: they are
         # its shards' rows of the global batch

@@ -48,3 +48,18 @@ def global_bce(logits: torch.Tensor, labels: torch.Tensor, sizes: list[int] | No
         n = torch.tensor([logits.shape[0]], dtype=torch.int64)
         sizes = _gather(n, [1] * world.size, world).tolist()
     return GlobalBCE.apply(logits, labels, sizes, world)
+
+
+def global_sum(local: torch.Tensor, batch_size: int, sizes: list[int] | None,
+               world: World) -> torch.Tensor:
+    """The sum of every rank's ``local`` (a scalar: this rank's summed loss) divided by the
+    global batch size (``batch_size``: this rank's samples; ``sizes``: each rank's, None: asked
+    of the ranks). Its value is the global one on every rank; its gradient is this rank's part
+    (``local`` / N), so the dense model's summed gradient reduction gives the global mean's
+    gradient whatever the objective."""
+    if sizes is None:
+        n = torch.tensor([batch_size], dtype=torch.int64)
+        sizes = _gather(n, [1] * world.size, world).tolist()
+    parts = _gather(local.detach().reshape(1), [1] * world.size, world)
+    others = parts.sum() - local.detach()  # (summed in rank order: the same on every rank)
+    return (local + others) / sum(sizes)

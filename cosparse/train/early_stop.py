@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from cosparse.config.objective import HIGHER_IS_BETTER
 from cosparse.config.train import EarlyStopConfig
 
 
@@ -42,7 +43,8 @@ class EarlyStopper:
             return False
         if self.best_value is None:
             return True
-        return value > self.best_value if self.cfg.metric == "auc" else value < self.best_value
+        higher = self.cfg.metric.split(".")[0] in HIGHER_IS_BETTER
+        return value > self.best_value if higher else value < self.best_value
 
     def observe(self, step: int, scores: dict[str, Any], can_stop: bool = True) -> Verdict:
         """The evaluation at ``step``; ``stop`` once patience has run out (never when

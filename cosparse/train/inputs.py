@@ -69,6 +69,7 @@ def _table_source(data: DataConfig, split: Split, batch_size: int, rows: Any = N
     from cosparse.features import ParquetRawSource
 
     cols = data.columns or ColumnsConfig()
+    label = None if cols.labels else cols.label  # (several tasks: read as columns, targets.py)
     if data.reader == "libsvm":
         from cosparse.features.libsvm_source import LibsvmRawSource
 
@@ -78,9 +79,9 @@ def _table_source(data: DataConfig, split: Split, batch_size: int, rows: Any = N
         from cosparse.features.csv_source import CsvRawSource
 
         return CsvRawSource(data.path, batch_size, split, 0.0, data.on_bad_record,  # type: ignore[arg-type]
-                            data.csv, dict(data.schema), cols.label, cols.drop, rows, shuffle)
+                            data.csv, dict(data.schema), label, cols.drop, rows, shuffle)
     return ParquetRawSource(data.path, batch_size, split, 0.0, data.on_bad_record,  # type: ignore[arg-type]
-                            cols.label, exclude=cols.drop, rows=rows, shuffle=shuffle)
+                            label, exclude=cols.drop, rows=rows, shuffle=shuffle)
 
 
 # one pass per process over the columns a split needs: (row numbers, eval mask, the line)
@@ -98,11 +99,13 @@ def split_rows(data: DataConfig, split: Split) -> tuple[Any, str]:
     if key not in _SPLITS:
         rows, mask, labels, bad = row_split.split_mask(
             _table_source(data, "train", 1 << 16), s, data.eval_fraction)
-        row_split.check_sides(labels, mask, s, data.allow_one_class_eval)
-        line = row_split.summary(labels, mask, s)
+        several = bool(data.columns and data.columns.labels)  # (then the tasks' labels are
+        # read with the features: the split's labels are zeros, and their classes unchecked)
+        row_split.check_sides(labels, mask, s, data.allow_one_class_eval or several)
+        line = row_split.summary(None if several else labels, mask, s)
         if bad:
             line += f"; {bad:,} bad records on neither side (on_bad_record: skip)"
-        if mask.any() and labels[mask].min() == labels[mask].max():
+        if not several and mask.any() and labels[mask].min() == labels[mask].max():
             line += "; warning: the eval side has one label only (AUC undefined)"
         _SPLITS[key] = (rows, mask, line)
     rows, mask, line = _SPLITS[key]
@@ -197,12 +200,15 @@ def column_inputs(cfg: Config) -> ModelInputs:
     from cosparse.features.column_map import ColumnMapReader
 
     cols = cfg.data.columns or ColumnsConfig()
-    train = ColumnMapReader(raw_source(cfg.data, "train"), cols)
+    regression = {n for n, t in (cfg.objective.tasks.items() if cfg.objective else ())
+                  if t.kind == "regression"}
+    bad = cfg.data.on_bad_record
+    train = ColumnMapReader(raw_source(cfg.data, "train"), cols, regression, bad)
     cfg = _auto_features(cfg, train)
     eval_source = raw_source(cfg.data, "eval")
     line = (eval_file_line(cfg.data, train.source, eval_source) if cfg.data.eval_path
             else split_rows(cfg.data, "train")[1])  # (the eval file checked before it is read)
-    return ModelInputs(cfg, train, ColumnMapReader(eval_source, cols), [line])
+    return ModelInputs(cfg, train, ColumnMapReader(eval_source, cols, regression, bad), [line])
 
 
 def _auto_features(cfg: Config, train: Reader) -> Config:

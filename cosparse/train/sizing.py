@@ -12,14 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from cosparse.batch import SparseBatch
 from cosparse.config import Config, ConfigError
+from cosparse.config.objective import ObjectiveConfig, objective_of
 from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.models import RecModel
 from cosparse.optim import state_width
 from cosparse.store.types import TierPlan
+from cosparse.train.objective import objective_loss
 
 _DENSE_OPT_STATE = {"sgd": 0, "adagrad": 1, "adam": 2}
 
@@ -31,8 +32,10 @@ class SizingReport:
     plans: dict[str, TierPlan]
 
 
-def measure_dense_bytes(model: RecModel, batch: SparseBatch, opt_kind: str) -> int:
-    """Bytes the dense model needs for one training step (the model's state is left unchanged)."""
+def measure_dense_bytes(model: RecModel, batch: SparseBatch, opt_kind: str,
+                        objective: ObjectiveConfig | None = None) -> int:
+    """Bytes the dense model needs for one training step, the loss ``objective``'s (None: one
+    binary task); the model's state is left unchanged."""
     params = list(model.parameters())
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     state_bytes = param_bytes * _DENSE_OPT_STATE[opt_kind]
@@ -48,11 +51,14 @@ def measure_dense_bytes(model: RecModel, batch: SparseBatch, opt_kind: str) -> i
         saved += t.numel() * t.element_size()
         return t
 
+    unplaced = model.ec is None  # (a user's model: its collection is placed later)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(model.ec.prepare_and_stage(batch))
-        loss = F.binary_cross_entropy_with_logits(logits, batch.labels.to(logits.device))
+        logits = (model.dry_forward(batch, device) if unplaced  # type: ignore[operator]
+                  else model(model.ec.prepare_and_stage(batch)))
+        loss = objective_loss(objective_of(objective), logits, batch, device)
     loss.backward()
-    model.ec._pending = []  # the dry run trains nothing
+    if not unplaced:
+        model.ec._pending = []  # the dry run trains nothing
     for p in params:
         p.grad = None
     if device.type == "cuda":

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from cosparse import waits
 from cosparse.config import Config, ConfigError
+from cosparse.config.objective import check_group_by, objective_of
 from cosparse.config.train import run_limits
 from cosparse.data.pool import WorkerExited
 from cosparse.link import Links
@@ -33,7 +33,6 @@ from cosparse.nn.models import build_model
 from cosparse.nn.types import PreparedBatch
 from cosparse.parallel.dense import dense_parallel, sum_fsdp2_gradients
 from cosparse.parallel.engine import RankSetup, reach_shared_ps, share_ps, start_rank
-from cosparse.parallel.loss import global_bce
 from cosparse.parallel.world import launched_by_torchrun
 from cosparse.stall import Progress
 from cosparse.supply.paths import make_supply_path
@@ -50,6 +49,7 @@ from cosparse.train.leftovers import sweep_dead_runs
 from cosparse.train.live import Reconfigure
 from cosparse.train.metrics import IntervalCounters, IntervalStats, MetricsSink
 from cosparse.train.nonfinite import NonFiniteLoss
+from cosparse.train.objective import objective_loss
 from cosparse.train.prefetch import Prefetcher
 from cosparse.train.progressive import ProgressiveWindow
 from cosparse.train.sizing import SizingReport
@@ -112,6 +112,8 @@ class Trainer(SetupRole, CheckpointRole, EvaluationRole, ReportingRole, StreamRo
         if st is not None:
             self.train_reader.log = self.log
         check_table_features(cfg, self.train_reader)
+        self.objective = objective_of(cfg.objective)  # (None: one binary task, label)
+        check_group_by(self.objective, list(self.train_reader.keys))
         for note in data_notes(cfg, self.train_reader):
             self.log(note)
         self.model = (build_model(cfg, self.train_reader.num_dense, self.device) if model is None
@@ -211,12 +213,10 @@ class Trainer(SetupRole, CheckpointRole, EvaluationRole, ReportingRole, StreamRo
         ec0 = dict(self.ec.stage_ms)
         t0 = time.perf_counter()
         logits = self.train_model(prepared)
-        labels = batch.labels.to(self.device, non_blocking=True)
-        if self.ranks:  # the global batch's loss, the same on every rank
-            sizes = prepared.shard[1].sizes if prepared.shard is not None else None
-            loss = global_bce(logits, labels, sizes, self.ranks.world)
-        else:
-            loss = F.binary_cross_entropy_with_logits(logits, labels)
+        # the objective's loss; on many ranks the global batch's, the same on every rank
+        sizes = prepared.shard[1].sizes if self.ranks and prepared.shard is not None else None
+        loss = objective_loss(self.objective, logits, batch, self.device,
+                              self.ranks.world if self.ranks else None, sizes)
         value = float(loss.detach())  # checked before any update is applied
         finite = math.isfinite(value)
         if self.progressive is not None and finite:  # the scores before this batch's update

@@ -1,4 +1,5 @@
-"""The trainer's evaluation: AUC and log loss over the eval split (or a stream's progressive
+"""The trainer's evaluation: AUC and log loss over the eval split (per task for an objective of
+several tasks: ``cosparse.train.task_metrics``) (or a stream's progressive
 window), once per step however many ask, and early stopping's judgement of it.
 
 A role of ``cosparse.train.trainer.Trainer``, kept apart from its step loop.
@@ -16,6 +17,7 @@ from cosparse.train.evaluate import joined_batches, log_loss, roc_auc
 from cosparse.train.inputs import (
     WORKER_PRELOAD,
 )
+from cosparse.train.task_metrics import evaluate_tasks
 
 
 class EvaluationRole:
@@ -76,6 +78,8 @@ class EvaluationRole:
         stream, over its progressive-validation window (``cosparse.train.progressive``)."""
         if self.progressive is not None:
             return self._progressive_scores()
+        if not self.objective.default:  # per task: auc.<task>, mse.<task>, ...
+            return evaluate_tasks(self)
         self.model.eval()
         scores, labels = [], []
         with BatchStream(self.eval_reader, self.cfg.data.workers, self.cfg.data.queue_depth,

@@ -34,7 +34,8 @@ class SetupRole:
         probe = self._probe()
         dense = 0
         if cfg.store.device.budget_bytes is not None:
-            dense = measure_dense_bytes(self.model, probe[0], cfg.model.dense_optimizer.kind)
+            dense = measure_dense_bytes(self.model, probe[0], cfg.model.dense_optimizer.kind,
+                                        cfg.objective)
         self.sizing = size_tiers(cfg, probe, dense)
         self.log(describe(self.sizing))
         return self.sizing

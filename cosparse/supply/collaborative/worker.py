@@ -141,6 +141,10 @@ class CollaborativeCodec:
                                          if k in _SAMPLE_ARRAYS}
         if self._dedupers is None:
             self._dedupers = {t.name: Deduper() for t in self.tables}
+        for task, y in (batch.task_labels or {}).items():  # several tasks' labels, weights
+            arrays[f"t.{task}"] = y.numpy()
+        if batch.weights is not None:
+            arrays["weights"] = batch.weights.numpy()
         served = {f for t in self.tables for f in t.features}
         for key in batch.keys:  # a column no table reads travels as it is
             if key not in served:
@@ -228,7 +232,10 @@ class CollaborativeCodec:
                                          "dense_keys": meta.get("dense_keys"),
                                          "features_computed": meta.get("features_computed", 0),
                                          "build_ms": meta["build_ms"],
-                                         "worker_spans": meta.get("worker_spans")})
+                                         "worker_spans": meta.get("worker_spans"),
+                                         "task_labels": {k[2:]: v for k, v in arrays.items()
+                                                         if k.startswith("t.")} or None,
+                                         "weights": arrays.get("weights")})
         batch.prepared_ids = prepared
         delivery = Delivery(worker_ps_bytes=meta["worker_ps_bytes"], worker_pid=meta["pid"],
                             error=meta.get("error"))
