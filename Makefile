@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/cosparse train --config configs/demo.yaml
 
 lint: $(STAMP)
-	$(BIN)/ruff check cosparse tests benchmarks
+	$(BIN)/ruff check cosparse tests benchmarks examples
 	$(BIN)/lint-imports
 
 # OpenMP (torch's and numba's pools) sleeps instead of spinning between parallel regions, unless
