@@ -69,14 +69,18 @@ def test_predictor_reproduces_the_trainers_eval_bit_for_bit(tmp_path, factory, c
     expected, batches, out = _trained(tmp_path, factory)
     manifest = json.loads((out / "manifest.json").read_text())
     dense = manifest["dense"]
-    assert dense["form"] == "state_dict" and dense["program"] is None
-    assert "torch.export" in dense["why"]
+    assert dense["form"] == "state_dict" and (out / dense["file"]["path"]).is_file()
+    if factory:  # no program, and why
+        assert dense["program"] is None and "torch.export" in dense["why"]
+    else:
+        assert dense["why"] is None and (out / dense["program"]["path"]).is_file()
     assert dense["model"] == ({"factory": "cosparse.models.dlrm:build",
                                "args": {"bottom": [16, 8], "top": [16, 1]}}
                               if factory else {"kind": "dlrm"})
     predictor = load(out)
     got = np.concatenate([predictor.predict(b)["label"].numpy() for b in batches])
     assert got.dtype == np.float32 and got.shape == expected.shape
+    assert predictor.form == ("state_dict" if factory else "program")
     assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
     # every eval ID the run never trained on is counted (eval creates no rows)
     assert sum(predictor.unknown_ids.values()) > 0

@@ -24,6 +24,7 @@ from torch import nn
 from cosparse.batch import SparseBatch
 from cosparse.config import Config, TableConfig, config_from_mapping
 from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.types import PreparedBatch
 from cosparse.serving.format import ServingError, read_manifest, sha256_file
 from cosparse.serving.load import LookupTable, load_tables
 from cosparse.store.resident import initial_rows
@@ -40,6 +41,7 @@ class Predictor(dict[str, LookupTable]):
         self.unknown_ids: dict[str, int] = {name: 0 for name in tables}
         self._model: nn.Module | None = None
         self._ec: EmbeddingCollection | None = None
+        self.form: str | None = None  # what predicts, once built: "program" or "state_dict"
 
     def _tables_config(self) -> list[TableConfig]:
         """The tables of the config the model was trained under."""
@@ -58,8 +60,19 @@ class Predictor(dict[str, LookupTable]):
         if sha256_file(path) != dense["file"]["sha256"]:
             raise ServingError(f"{path}: checksum mismatch (export again)")
         cfg = config_from_mapping(dense["config"])
-        model, ec = _build_model(cfg, dense["model"], num_dense)
-        model.load_state_dict(torch.load(path, weights_only=True))
+        program = dense.get("program")
+        if program:  # the torch.export program of the dense part, the lookup outside it
+            ppath = self.root / program["path"]
+            if sha256_file(ppath) != program["sha256"]:
+                raise ServingError(f"{ppath}: checksum mismatch (export again)")
+            ec = EmbeddingCollection(cfg.tables, device=torch.device("cpu"))
+            model: nn.Module = ProgramModel(torch.export.load(ppath).module(), ec,
+                                            dense["inputs"]["features"])
+            self.form = "program"
+        else:
+            model, ec = _build_model(cfg, dense["model"], num_dense)
+            model.load_state_dict(torch.load(path, weights_only=True))
+            self.form = "state_dict"
         rows = {}
         for name, t in ec.tables.items():
             table = self[name]
@@ -81,6 +94,22 @@ class Predictor(dict[str, LookupTable]):
             _, found = self[name].find(tids.unique)
             self.unknown_ids[name] += int(np.count_nonzero(~found))
         return {"label": torch.sigmoid(self._model(prepared)).float()}
+
+
+class ProgramModel(nn.Module):
+    """An exported dense program over an embedding collection: the lookup, then the program on
+    the dense inputs and each feature's pooled embedding (in ``features`` order)."""
+
+    def __init__(self, program: Any, ec: EmbeddingCollection, features: list[str]) -> None:
+        super().__init__()
+        self.ec = ec
+        self.features = features
+        self._program = [program]  # (not a submodule: an exported program has no eval mode)
+
+    def forward(self, prepared: PreparedBatch) -> torch.Tensor:
+        pooled = self.ec(prepared)
+        dense = prepared.batch.dense
+        return self._program[0](dense, tuple(pooled[f] for f in self.features))  # type: ignore[no-any-return]
 
 
 def load(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True) -> Predictor:
