@@ -84,6 +84,12 @@ def test_predictor_reproduces_the_trainers_eval_bit_for_bit(tmp_path, factory, c
     assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
     # every eval ID the run never trained on is counted (eval creates no rows)
     assert sum(predictor.unknown_ids.values()) > 0
+    if not factory:  # the fallback, the model rebuilt from its state_dict: the same bits
+        rebuilt = load(out, use_program=False)
+        again = np.concatenate([rebuilt.predict(b)["label"].numpy() for b in batches])
+        assert rebuilt.form == "state_dict"
+        assert np.array_equal(again.view(np.uint32), expected.view(np.uint32))
+        assert rebuilt.unknown_ids == predictor.unknown_ids
 
 
 def _one_sample(batch, ids_of: dict[str, int]) -> SparseBatch:

@@ -34,9 +34,10 @@ class Predictor(dict[str, LookupTable]):
     """The export's tables by name (as ``load`` returns them) and the model that serves them."""
 
     def __init__(self, tables: dict[str, LookupTable], dense: dict[str, Any] | None,
-                 root: Path) -> None:
+                 root: Path, use_program: bool = True) -> None:
         super().__init__(tables)
         self.dense = dense
+        self.use_program = use_program
         self.root = root
         self.unknown_ids: dict[str, int] = {name: 0 for name in tables}
         self._model: nn.Module | None = None
@@ -61,7 +62,7 @@ class Predictor(dict[str, LookupTable]):
             raise ServingError(f"{path}: checksum mismatch (export again)")
         cfg = config_from_mapping(dense["config"])
         program = dense.get("program")
-        if program:  # the torch.export program of the dense part, the lookup outside it
+        if program and self.use_program:  # the torch.export program of the dense part, the lookup outside it
             ppath = self.root / program["path"]
             if sha256_file(ppath) != program["sha256"]:
                 raise ServingError(f"{ppath}: checksum mismatch (export again)")
@@ -112,13 +113,15 @@ class ProgramModel(nn.Module):
         return self._program[0](dense, tuple(pooled[f] for f in self.features))  # type: ignore[no-any-return]
 
 
-def load(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True) -> Predictor:
+def load(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True,
+         use_program: bool = True) -> Predictor:
     """The predictor of the full export at ``path`` with ``deltas`` applied in order (see
     ``cosparse.serving.load.load_tables``): its tables by name, and ``predict`` with the dense
-    model of the last export given."""
+    model of the last export given: its ``torch.export`` program where it has one (and
+    ``use_program``), else the model rebuilt from its reference and ``state_dict``."""
     last = Path(deltas[-1]) if deltas else Path(path)
     tables = load_tables(path, deltas, check)
-    return Predictor(tables, read_manifest(last).get("dense"), last)
+    return Predictor(tables, read_manifest(last).get("dense"), last, use_program)
 
 
 def _build_model(cfg: Config, reference: dict[str, Any], num_dense: int
