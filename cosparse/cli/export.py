@@ -10,7 +10,8 @@ from typing import Any
 
 def add_export_parser(sub: Any) -> None:
     e = sub.add_parser("export", help="a checkpoint's embedding rows for serving, without "
-                                      "optimizer state (all of them, or those changed since a step)")
+                                      "optimizer state (all of them, or those changed since a "
+                                      "step), and its dense model beside them")
     e.add_argument("--checkpoint", required=True, help="checkpoint dir (or root with LATEST)")
     e.add_argument("--out", required=True, help="a new directory for the export")
     e.add_argument("--since", type=int, default=None, metavar="STEP",

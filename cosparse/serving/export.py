@@ -1,4 +1,5 @@
-"""``cosparse export``: a checkpoint's embedding rows, without optimizer state, for serving.
+"""``cosparse export``: a checkpoint's embedding rows, without optimizer state, for serving,
+and its dense model beside them (``cosparse.serving.dense``: the manifest's ``dense`` entry).
 
 A full export holds every row of every table at the checkpoint's step. With ``since=STEP`` it is
 a delta: the rows that changed between STEP and the checkpoint's step (and, for tables the
@@ -39,6 +40,7 @@ import numpy as np
 
 from cosparse.owner import owner_tag
 from cosparse.ps.snapshot_format import SnapshotError
+from cosparse.serving.dense import write_dense
 from cosparse.serving.format import (
     FILE_FORMATS,
     FORMAT,
@@ -214,7 +216,8 @@ def export(checkpoint: str | Path, out: str | Path, since: int | None = None,
                                  "checkpoint_format": meta.get("format_version"),
                                  "cosparse": _version()},
                     "checkpoint": str(ck.resolve()), "dtype": np.dtype(dtype).name,
-                    "file_format": file_format, "tables": tables}
+                    "file_format": file_format, "tables": tables,
+                    "dense": write_dense(ck, meta, tmp)}
         write_manifest(tmp, manifest)
         if out.exists():
             out.rmdir()  # (empty: checked above)

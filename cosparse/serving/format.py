@@ -16,7 +16,8 @@ Rows are sorted by ID across a table's shards. The manifest::
      "versions": {"export": 1, "checkpoint_format": 1, "cosparse": "0.1.0"},
      "checkpoint": "<path>", "dtype": "float32" | "float16", "file_format": ...,
      "tables": {name: {"dim", "dtype", "rows", "removed", "source", "method",
-                       "files": [{"path", "role": "rows" | "removed", "rows", "sha256"}]}}}
+                       "files": [{"path", "role": "rows" | "removed", "rows", "sha256"}]}},
+     "dense": {...}}                    (the dense model: ``cosparse.serving.dense``)
 
 This module needs numpy and pyarrow only (no torch): the reader (``cosparse.serving.load``)
 uses it on a serving host.

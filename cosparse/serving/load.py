@@ -1,7 +1,7 @@
 """Reading serving exports back: a full export plus its deltas, applied in order, as one lookup
 table per embedding table.
 
-``load(full_dir, deltas=[d1, d2])`` checks every file's sha256 against its manifest, that the
+``load_tables(full_dir, deltas=[d1, d2])`` checks every file's sha256 against its manifest, that the
 first export is a full one and that each delta starts where the one before it ended
 (``delta.since == previous.step``) with the same tables, dims and dtypes, and applies the deltas
 (their rows replace or add rows; their removed IDs go). Each ``LookupTable`` holds its IDs sorted
@@ -62,8 +62,8 @@ def _apply(base: LookupTable, ids: np.ndarray, rows: np.ndarray, removed: np.nda
     return LookupTable(base.name, base.dim, step, merged_ids[order], merged_rows[order])
 
 
-def load(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True
-         ) -> dict[str, LookupTable]:
+def load_tables(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True
+                ) -> dict[str, LookupTable]:
     """The tables of the full export at ``path`` with ``deltas`` applied in order (each made by
     ``cosparse export --since`` the previous one's step). ``check``: verify every file's sha256
     first (default). Raises ``ServingError`` naming the directory and what is wrong."""

@@ -103,6 +103,7 @@ class EvaluationRole:
         if not scores:
             return {}
         y, p = np.concatenate(labels), np.concatenate(scores)
+        self.eval_predictions = p  # (the probabilities, in eval order: what serving reproduces)
         out = {"auc": roc_auc(y, p), "logloss": log_loss(y, p), "eval_samples": int(y.shape[0])}
         self.sink.write({"kind": "eval", "step": self.state.step, **out})
         self.log(

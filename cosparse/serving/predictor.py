@@ -1,0 +1,144 @@
+"""The predictor of an export: the model's dense part rebuilt from the export's ``dense`` entry
+(``cosparse.serving.dense``) over an embedding collection whose rows are the export's tables.
+
+``predict(batch)`` gives ``{"label": probabilities [B]}``: the sigmoid of the model's logits,
+what the trainer's evaluation scores (``train/trainer_evaluation.py``), computed by the same
+code on the same rows, so on CPU the two agree bit for bit. An ID a table has no row for reads
+the table's initial row (a pure function of the table's seed and the ID, the trainer's init
+for a new row, ``cosparse.store.resident.initial_rows``), as evaluation reads it, and is counted
+in ``unknown_ids[table]`` (each unknown ID once per batch it appears in).
+
+The model is built on the first batch (its number of dense inputs is the batch's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from cosparse.batch import SparseBatch
+from cosparse.config import Config, TableConfig, config_from_mapping
+from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.types import PreparedBatch
+from cosparse.serving.format import ServingError, read_manifest, sha256_file
+from cosparse.serving.load import LookupTable, load_tables
+from cosparse.store.resident import initial_rows
+
+
+class Predictor(dict[str, LookupTable]):
+    """The export's tables by name (as ``load`` returns them) and the model that serves them."""
+
+    def __init__(self, tables: dict[str, LookupTable], dense: dict[str, Any] | None,
+                 root: Path, use_program: bool = True) -> None:
+        super().__init__(tables)
+        self.dense = dense
+        self.use_program = use_program
+        self.root = root
+        self.unknown_ids: dict[str, int] = {name: 0 for name in tables}
+        self._model: nn.Module | None = None
+        self._ec: EmbeddingCollection | None = None
+        self.form: str | None = None  # what predicts, once built: "program" or "state_dict"
+
+    def _tables_config(self) -> list[TableConfig]:
+        """The tables of the config the model was trained under."""
+        return config_from_mapping(self._dense_entry()["config"]).tables
+
+    def _dense_entry(self) -> dict[str, Any]:
+        dense = self.dense
+        if not dense or dense.get("form") != "state_dict" or not dense.get("model"):
+            why = (dense or {}).get("why", "the export was written without its dense model")
+            raise ServingError(f"{self.root}: no model to predict with ({why})")
+        return dense
+
+    def _build(self, num_dense: int) -> None:
+        dense = self._dense_entry()
+        path = self.root / dense["file"]["path"]
+        if sha256_file(path) != dense["file"]["sha256"]:
+            raise ServingError(f"{path}: checksum mismatch (export again)")
+        cfg = config_from_mapping(dense["config"])
+        program = dense.get("program")
+        if program and self.use_program:  # the torch.export program of the dense part, the lookup outside it
+            ppath = self.root / program["path"]
+            if sha256_file(ppath) != program["sha256"]:
+                raise ServingError(f"{ppath}: checksum mismatch (export again)")
+            ec = EmbeddingCollection(cfg.tables, device=torch.device("cpu"))
+            model: nn.Module = ProgramModel(torch.export.load(ppath).module(), ec,
+                                            dense["inputs"]["features"])
+            self.form = "program"
+        else:
+            model, ec = _build_model(cfg, dense["model"], num_dense)
+            model.load_state_dict(torch.load(path, weights_only=True))
+            self.form = "state_dict"
+        rows = {}
+        for name, t in ec.tables.items():
+            table = self[name]
+            full = initial_rows(t.cfg, t.width, table.ids)  # (the state columns: unused)
+            full[:, : t.cfg.dim] = table.rows
+            rows[name] = {"ids": table.ids, "rows": full}
+        ec.load_rows(rows, max(t.step for t in self.values()) if self else 0)
+        model.eval()
+        self._model, self._ec = model, ec
+
+    @torch.no_grad()
+    def predict(self, batch: SparseBatch) -> dict[str, torch.Tensor]:
+        """``{"label": probabilities [B]}`` of ``batch`` (the model's sigmoid)."""
+        if self._model is None:
+            self._build(int(batch.dense.shape[1]))
+        assert self._model is not None and self._ec is not None
+        prepared = self._ec.prepare(batch)
+        for name, tids in prepared.tables.items():
+            _, found = self[name].find(tids.unique)
+            self.unknown_ids[name] += int(np.count_nonzero(~found))
+        return {"label": torch.sigmoid(self._model(prepared)).float()}
+
+
+class ProgramModel(nn.Module):
+    """An exported dense program over an embedding collection: the lookup, then the program on
+    the dense inputs and each feature's pooled embedding (in ``features`` order)."""
+
+    def __init__(self, program: Any, ec: EmbeddingCollection, features: list[str]) -> None:
+        super().__init__()
+        self.ec = ec
+        self.features = features
+        self._program = [program]  # (not a submodule: an exported program has no eval mode)
+
+    def forward(self, prepared: PreparedBatch) -> torch.Tensor:
+        pooled = self.ec(prepared)
+        dense = prepared.batch.dense
+        return self._program[0](dense, tuple(pooled[f] for f in self.features))  # type: ignore[no-any-return]
+
+
+def load(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True,
+         use_program: bool = True) -> Predictor:
+    """The predictor of the full export at ``path`` with ``deltas`` applied in order (see
+    ``cosparse.serving.load.load_tables``): its tables by name, and ``predict`` with the dense
+    model of the last export given: its ``torch.export`` program where it has one (and
+    ``use_program``), else the model rebuilt from its reference and ``state_dict``."""
+    last = Path(deltas[-1]) if deltas else Path(path)
+    tables = load_tables(path, deltas, check)
+    return Predictor(tables, read_manifest(last).get("dense"), last, use_program)
+
+
+def _build_model(cfg: Config, reference: dict[str, Any], num_dense: int
+                 ) -> tuple[nn.Module, EmbeddingCollection]:
+    """The model ``reference`` names on CPU, with its embedding collection (all resident)."""
+    cpu = torch.device("cpu")
+    if "factory" in reference:
+        from cosparse.api.engine_model import EngineModel, find_collection
+        from cosparse.api.factory import build_factory_model
+
+        user = build_factory_model(cfg, num_dense)
+        path, _ = find_collection(user)
+        model = EngineModel(user, path)
+        ec = EmbeddingCollection(cfg.tables, device=cpu)
+        model.ec = ec
+        return model, ec
+    from cosparse.nn.models import build_model
+
+    built = build_model(cfg, num_dense, cpu)
+    return built, built.ec
