@@ -24,6 +24,7 @@ import cosparse
 from cosparse.cli import main
 from cosparse.data import BatchStream
 from cosparse.serving import load
+from cosparse.serving.program import export_model_program
 from cosparse.train.evaluate import joined_batches
 from cosparse.train.placements import CHECKED
 from tests.proctree import descendants, wait_gone
@@ -83,14 +84,20 @@ def test_yaml_factory_trains_as_python_and_the_export_serves_each_task(csv, tmp_
 
     assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "ex"),
                  "--format", "npy"]) == 0
-    served = load(tmp_path / "ex")
-    got = [served.predict(b) for b in batches]
-    for task, want in predictions.items():
-        joined = np.concatenate([g[task].numpy() for g in got])
-        assert joined.dtype == np.float32 and joined.shape == want.shape, task
-        assert np.array_equal(joined.view(np.uint32), want.view(np.uint32)), task
-    assert 0 < got[0]["ctr"].min() and got[0]["ctr"].max() < 1  # probabilities
-    assert served.form == "state_dict" and sum(served.unknown_ids.values()) > 0
+    manifest = json.loads((tmp_path / "ex" / "manifest.json").read_text())
+    assert manifest["dense"]["why"] is None, manifest["dense"]["why"]
+    assert manifest["dense"]["inputs"] == {"num_dense": 2, "features": ["user", "item"],
+                                           "jagged": ["hist"]}
+    for use_program in (True, False):  # the torch.export program, and the model rebuilt
+        served = load(tmp_path / "ex", use_program=use_program)
+        got = [served.predict(b) for b in batches]
+        for task, want in predictions.items():
+            joined = np.concatenate([g[task].numpy() for g in got])
+            assert joined.dtype == np.float32 and joined.shape == want.shape, task
+            assert np.array_equal(joined.view(np.uint32), want.view(np.uint32)), task
+        assert 0 < got[0]["ctr"].min() and got[0]["ctr"].max() < 1  # probabilities
+        assert served.form == ("program" if use_program else "state_dict")
+        assert sum(served.unknown_ids.values()) > 0
 
 
 def test_two_ranks_train_it_as_one_process_does(csv, tmp_path):
@@ -122,3 +129,18 @@ def test_two_ranks_train_it_as_one_process_does(csv, tmp_path):
         assert got["metrics"][key] == pytest.approx(ref.metrics[key], rel=1e-4), key
     for k, v in dense.items():
         torch.testing.assert_close(got["dense"][k], v, rtol=1e-5, atol=1e-6)
+
+
+class _ReadsIds(FullModel):
+    def forward(self, batch):
+        assert batch.sparse.keys()
+        return super().forward(batch)
+
+
+def test_a_model_that_reads_the_ids_is_served_from_its_state_dict(tmp_path):
+    """The program's inputs are the lookups: a forward that reads ``batch.sparse`` cannot be
+    exported, and the error (the export's ``why``) says so."""
+    with pytest.raises(AttributeError, match="must not read batch.sparse to be exported"):
+        export_model_program(_ReadsIds(), ["ctr", "watch"], 2, tmp_path / "p.pt2")
+    got = export_model_program(FullModel(), ["ctr", "watch"], 2, tmp_path / "p.pt2")
+    assert got == {"num_dense": 2, "features": ["user", "item"], "jagged": ["hist"]}

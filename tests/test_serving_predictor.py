@@ -66,30 +66,29 @@ def _trained(tmp, factory: bool):
 
 @pytest.mark.parametrize("factory", [False, True], ids=["kind", "factory"])
 def test_predictor_reproduces_the_trainers_eval_bit_for_bit(tmp_path, factory, capsys):
+    """A torch.export program of the built-in DLRM's dense part, and of the same DLRM on the
+    public API through model.factory (its lookups as the program's inputs)."""
     expected, batches, out = _trained(tmp_path, factory)
     manifest = json.loads((out / "manifest.json").read_text())
     dense = manifest["dense"]
     assert dense["form"] == "state_dict" and (out / dense["file"]["path"]).is_file()
-    if factory:  # no program, and why
-        assert dense["program"] is None and "torch.export" in dense["why"]
-    else:
-        assert dense["why"] is None and (out / dense["program"]["path"]).is_file()
+    assert dense["why"] is None and (out / dense["program"]["path"]).is_file()
     assert dense["model"] == ({"factory": "cosparse.models.dlrm:build",
                                "args": {"bottom": [16, 8], "top": [16, 1]}}
                               if factory else {"kind": "dlrm"})
     predictor = load(out)
     got = np.concatenate([predictor.predict(b)["label"].numpy() for b in batches])
     assert got.dtype == np.float32 and got.shape == expected.shape
-    assert predictor.form == ("state_dict" if factory else "program")
+    assert predictor.form == "program"
     assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
     # every eval ID the run never trained on is counted (eval creates no rows)
     assert sum(predictor.unknown_ids.values()) > 0
-    if not factory:  # the fallback, the model rebuilt from its state_dict: the same bits
-        rebuilt = load(out, use_program=False)
-        again = np.concatenate([rebuilt.predict(b)["label"].numpy() for b in batches])
-        assert rebuilt.form == "state_dict"
-        assert np.array_equal(again.view(np.uint32), expected.view(np.uint32))
-        assert rebuilt.unknown_ids == predictor.unknown_ids
+    # the fallback, the model rebuilt from its state_dict: the same bits
+    rebuilt = load(out, use_program=False)
+    again = np.concatenate([rebuilt.predict(b)["label"].numpy() for b in batches])
+    assert rebuilt.form == "state_dict"
+    assert np.array_equal(again.view(np.uint32), expected.view(np.uint32))
+    assert rebuilt.unknown_ids == predictor.unknown_ids
 
 
 def _one_sample(batch, ids_of: dict[str, int]) -> SparseBatch:

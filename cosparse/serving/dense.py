@@ -6,10 +6,12 @@ rebuild the model around it:
               "model": {"kind": "dlrm"} | {"factory": "pkg.mod:fn", "args": {...}},
               "config": <the checkpoint's config>, "program": null, "why": "<text>"}
 
-``program`` names a ``torch.export`` program of the dense part where the model exports: a
-built-in pooled model (``model.kind`` dlrm, deepfm or dcn), whose program takes the dense inputs
-and each feature's pooled embedding (``inputs``: the number of dense inputs and the features in
-order; the embedding lookup stays outside). Otherwise ``program`` is null and ``why`` says why:
+``program`` names a ``torch.export`` program of the dense part where the model exports, the
+embedding lookup outside it: a built-in pooled model's (``model.kind`` dlrm, deepfm or dcn),
+which takes the dense inputs and each feature's pooled embedding (``inputs``: the number of
+dense inputs and the features in order), or a ``model.factory`` model's, which also takes each
+``pooling: none`` feature's rows and offsets (``inputs.jagged``) and returns each task's outputs
+(``cosparse.serving.program``). Otherwise ``program`` is null and ``why`` says why:
 a reader rebuilds the model from ``model`` and ``config`` (the built-in ``model.kind`` through
 the zoo, a ``model.factory`` by importing it, as training did) and loads the state_dict.
 """
@@ -23,10 +25,10 @@ import torch
 from torch import nn
 
 from cosparse.serving.format import sha256_file
+from cosparse.serving.program import PROGRAM_FILE
 
 DENSE_DIR = "dense"
 STATE_FILE = "state_dict.pt"
-PROGRAM_FILE = "program.pt2"
 EXPORTED_KINDS = ("dlrm", "deepfm", "dcn")  # pooled inputs only (din's sequences are jagged)
 WHY_FALLBACK = ("served from its state_dict, rebuilt through the model's reference and the "
                 "checkpoint's config")
@@ -62,16 +64,13 @@ def write_dense(ck: Path, meta: dict[str, Any], out: Path) -> dict[str, Any]:
         entry["why"] = ("no torch.export program and no model to rebuild: the config names no "
                         "model.kind or model.factory (a model given in Python); name its "
                         "factory in model.factory to serve it")
-    elif "factory" in reference:
-        entry["why"] = ("no torch.export program: a model.factory model's forward takes a "
-                        "cosparse.Batch with the lookup inside it, which cannot be split off "
-                        f"the dense part generically; {WHY_FALLBACK}")
-    elif reference["kind"] not in EXPORTED_KINDS:
+    elif "factory" not in reference and reference["kind"] not in EXPORTED_KINDS:
         entry["why"] = (f"no torch.export program: model.kind {reference['kind']} takes "
                         f"jagged sequence embeddings; {WHY_FALLBACK}")
     else:
         try:
-            entry.update(export_program(meta["config"], dense["model"], out))
+            export = export_factory_program if "factory" in reference else export_program
+            entry.update(export(meta["config"], dense["model"], out))
         except Exception as e:  # (whatever torch.export or the model raised: the fallback)
             entry["why"] = (f"torch.export failed ({type(e).__name__}: {e}); {WHY_FALLBACK}")
     return entry
@@ -87,6 +86,30 @@ class PooledDense(nn.Module):
 
     def forward(self, dense: torch.Tensor, pooled: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return self.model.interact(dense, list(pooled)).squeeze(-1)  # type: ignore[no-any-return]
+
+
+def export_factory_program(config: dict[str, Any], state: dict[str, Any], out: Path
+                           ) -> dict[str, Any]:
+    """Write the ``torch.export`` program of a ``model.factory`` model into ``out/dense/``; the
+    entry's ``program`` and ``inputs``."""
+    from cosparse.api.engine_model import EngineModel
+    from cosparse.api.factory import build_factory_model
+    from cosparse.config import config_from_mapping
+    from cosparse.config.objective import objective_of
+    from cosparse.serving.program import export_model_program
+    from cosparse.train.inputs import model_inputs
+
+    cfg = config_from_mapping(config)
+    num_dense = model_inputs(cfg).train.num_dense
+    objective = objective_of(cfg.objective)
+    tasks = None if objective.default else list(objective.tasks)
+    trained = EngineModel(build_factory_model(cfg, num_dense), tasks)  # (the state's keys')
+    trained.load_state_dict(state)
+    trained.eval()
+    path = out / DENSE_DIR / PROGRAM_FILE
+    inputs = export_model_program(trained.model, tasks, num_dense, path)
+    return {"program": {"path": f"{DENSE_DIR}/{PROGRAM_FILE}", "sha256": sha256_file(path)},
+            "inputs": inputs}
 
 
 def export_program(config: dict[str, Any], state: dict[str, Any], out: Path) -> dict[str, Any]:

@@ -26,9 +26,9 @@ from cosparse.batch import SparseBatch
 from cosparse.config import Config, TableConfig, config_from_mapping
 from cosparse.config.objective import ObjectiveConfig, objective_of
 from cosparse.nn.embedding import EmbeddingCollection
-from cosparse.nn.types import PreparedBatch
 from cosparse.serving.format import ServingError, read_manifest, sha256_file
 from cosparse.serving.load import LookupTable, load_tables
+from cosparse.serving.program import ProgramModel
 from cosparse.store.resident import initial_rows
 from cosparse.train.objective import task_predictions
 
@@ -73,7 +73,7 @@ class Predictor(dict[str, LookupTable]):
                 raise ServingError(f"{ppath}: checksum mismatch (export again)")
             ec = EmbeddingCollection(cfg.tables, device=torch.device("cpu"))
             model: nn.Module = ProgramModel(torch.export.load(ppath).module(), ec,
-                                            dense["inputs"]["features"])
+                                            dense["inputs"])
             self.form = "program"
         else:
             model, ec = _build_model(cfg, dense["model"], num_dense)
@@ -101,22 +101,6 @@ class Predictor(dict[str, LookupTable]):
             _, found = self[name].find(tids.unique)
             self.unknown_ids[name] += int(np.count_nonzero(~found))
         return task_predictions(self.objective, self._model(prepared))
-
-
-class ProgramModel(nn.Module):
-    """An exported dense program over an embedding collection: the lookup, then the program on
-    the dense inputs and each feature's pooled embedding (in ``features`` order)."""
-
-    def __init__(self, program: Any, ec: EmbeddingCollection, features: list[str]) -> None:
-        super().__init__()
-        self.ec = ec
-        self.features = features
-        self._program = [program]  # (not a submodule: an exported program has no eval mode)
-
-    def forward(self, prepared: PreparedBatch) -> torch.Tensor:
-        pooled = self.ec(prepared)
-        dense = prepared.batch.dense
-        return self._program[0](dense, tuple(pooled[f] for f in self.features))  # type: ignore[no-any-return]
 
 
 def load(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True,
