@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from cosparse.config.errors import ConfigError
 from cosparse.config.eval_path import validate_eval_path
-from cosparse.config.labels import LabelConfig, as_label, validate_label, validate_targets
+from cosparse.config.labels import (
+    BEHAVIOUR_COLUMN,
+    LabelConfig,
+    as_label,
+    validate_label,
+    validate_targets,
+)
 from cosparse.config.libsvm import LibsvmConfig
 from cosparse.config.synthetic import SequenceSyntheticConfig, SyntheticConfig
 
@@ -24,7 +30,8 @@ class EventsConfig:
 
     max_len: int = 100
     min_history: int = 1
-    positive: list[str] = field(default_factory=lambda: ["buy"])  # behaviours labelled 1
+    # behaviours labelled 1 (None: buy); data.columns.labels labels several tasks instead
+    positive: list[str] | None = None
     shuffle: bool = True  # train samples in a seeded random order (else by time)
     seed: int = 0
     # reader interactions: "rows", one interaction per row (csv, tsv or parquet), or
@@ -216,10 +223,14 @@ def validate_data(cfg: Config) -> None:
     _validate_split(d)
     _validate_shuffle(cfg)
     ev = d.events
-    bad = [b for b in ev.positive if b not in _BEHAVIOURS]
-    if not ev.positive or bad:
+    bad = [b for b in ev.positive or ["buy"] if b not in _BEHAVIOURS]
+    if ev.positive == [] or bad:
         raise ConfigError(f"data.events.positive: need behaviours among {', '.join(_BEHAVIOURS)}"
                           f" (got {ev.positive})")
+    if ev.positive is not None and d.columns is not None and d.columns.labels:
+        raise ConfigError("data.events.positive and data.columns.labels both label the samples "
+                          f"(events.positive: {ev.positive}); with several tasks each task's "
+                          "labels say which behaviours are positive: drop data.events.positive")
 
 
 def _validate_csv(d: DataConfig) -> None:
@@ -236,9 +247,14 @@ def _validate_csv(d: DataConfig) -> None:
     cols = d.columns
     if cols is None:
         return
-    if d.reader not in ("csv", "parquet", "interactions", "libsvm"):
+    if d.reader == "taobao_events" and cols != ColumnsConfig(labels=cols.labels):
+        raise ConfigError("data.columns: reader taobao_events has columns of its own; it takes "
+                          "data.columns.labels only (several tasks, each {column: "
+                          f"{BEHAVIOUR_COLUMN}, positive: [behaviours]}})")
+    if d.reader not in ("csv", "parquet", "interactions", "libsvm", "taobao_events"):
         raise ConfigError(f"data.columns: maps the columns of readers 'csv', 'parquet', "
-                          f"'interactions' and 'libsvm', not '{d.reader}'")
+                          f"'interactions', 'libsvm' and 'taobao_events' (labels only), not "
+                          f"'{d.reader}'")
     validate_label(cols.label, d.reader)
     for col, dt in cols.datetime.items():
         key = f"data.columns.datetime.{col}"
@@ -255,7 +271,7 @@ def _validate_csv(d: DataConfig) -> None:
     named: dict[str, str] = {cols.label.column: "label"}
     if cols.labels or cols.weight:
         named = {**({} if cols.labels else named),
-                 **validate_targets(d.reader, cols.labels, cols.weight)}
+                 **validate_targets(d.reader, cols.labels, cols.weight, _BEHAVIOURS)}
     roles = [("dense", cols.dense), ("sequence", cols.sequence), ("drop", cols.drop)]
     if cols.sparse != "auto":
         roles.insert(1, ("sparse", cols.sparse))
