@@ -25,8 +25,8 @@ from cosparse.config.data import SplitConfig
 from cosparse.config.labels import LabelConfig
 from cosparse.data.errors import DataError
 from cosparse.features import kernels as K
-from cosparse.features.sources import RawSource
 from cosparse.features.label_map import column_labels
+from cosparse.features.sources import RawSource
 from cosparse.features.transforms.time import seconds
 from cosparse.features.types import FLOAT, INT, STRING_KINDS, Column
 
