@@ -86,7 +86,8 @@ def semantic_pass(study: optuna.Study, raw: dict[str, Any], decided: dict[str, A
 def _scores(attrs: dict[str, Any], metric: str) -> dict[str, float]:
     """A trial's held-out ``metric`` per task (a journal from before tasks: its one figure)."""
     one = attrs.get(metric)
-    return attrs.get(f"{metric}s") or ({} if one is None else {"label": one})
+    per = attrs.get({"auc": "aucs", "logloss": "loglosses"}[metric])
+    return per or ({} if one is None else {"label": one})
 
 
 def _changes(new: dict[str, float], ref: dict[str, float]) -> dict[str, float]:
@@ -98,7 +99,7 @@ def _worst(changes: dict[str, float], sign: float) -> float:
     """The worst task's change: the lowest (``sign`` -1: AUC) or highest (1: log loss); an
     undefined one (NaN) before any."""
     values = list(changes.values())
-    if any(v != v for v in values):
+    if not values or any(v != v for v in values):
         return float("nan")
     return sign * max(sign * v for v in values)
 

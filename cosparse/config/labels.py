@@ -94,14 +94,14 @@ def validate_targets(reader: str, labels: dict[str, LabelConfig], weight: str | 
             raise ConfigError(str(e).replace("data.columns.label", key, 1)) from None
         if reader == "taobao_events":
             _validate_behaviours(key, rule, behaviours)
+        if rule.column in named and (not rule.mapped or rule.column in plain):
+            raise ConfigError(f"{key}: column '{rule.column}' is already {named[rule.column]} "
+                              "(a column serves several tasks only mapped: positive or threshold)")
         same = repr((rule.column, rule.positive, rule.threshold))
         if same in rules:
             raise ConfigError(f"{key}: gives task {task} the labels of task {rules[same]} "
                               f"({rule.describe()}); map the column another way or drop a task")
         rules[same] = task
-        if rule.column in named and (not rule.mapped or rule.column in plain):
-            raise ConfigError(f"{key}: column '{rule.column}' is already {named[rule.column]} "
-                              "(a column serves several tasks only mapped: positive or threshold)")
         named[rule.column] = f"the label of task {task}"
         if not rule.mapped:
             plain.add(rule.column)
