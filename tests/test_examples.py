@@ -28,7 +28,8 @@ TAOBAO = ROOT.parent / "shared/data/taobao-userbehavior/UserBehavior_head84k.csv
 
 
 @pytest.mark.skipif(not TAOBAO.exists(), reason=f"{TAOBAO} is absent")
-def test_the_two_task_example_trains_from_yaml_and_from_python_alike(capsys, monkeypatch):
+def test_the_two_task_example_trains_from_yaml_and_from_python_alike(tmp_path, capsys,
+                                                                    monkeypatch):
     """``examples/two_tasks.yaml`` (docs/own-model.md) on the Taobao log, a few steps: through
     ``cosparse train --model-path examples`` (model.factory), and through ``cosparse.Trainer``
     on the factory's model, with the same per-task metrics."""
@@ -40,20 +41,21 @@ def test_the_two_task_example_trains_from_yaml_and_from_python_alike(capsys, mon
     from cosparse.api.factory import MODEL_PATH_ENV
     from cosparse.cli import main
 
+    raw = yaml.safe_load((ROOT / "examples/two_tasks.yaml").read_text())
+    raw["data"].update(path=str(TAOBAO), eval_fraction=0.05)  # (the last 5% of events)
+    raw["train"].update(steps=4, epochs=None, checkpoint={})  # (no checkpoints in the repo)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
     monkeypatch.setenv(MODEL_PATH_ENV, "")
     monkeypatch.setattr(sys, "path", list(sys.path))
-    assert main(["train", "--config", str(ROOT / "examples/two_tasks.yaml"), "--model-path",
-                 str(ROOT / "examples"), "--data", str(TAOBAO), "--steps", "4",
-                 "--no-progress", "--metrics-json", os.devnull, "--append"]) == 0
+    assert main(["train", "--config", str(tmp_path / "c.yaml"), "--model-path",
+                 str(ROOT / "examples"), "--no-progress", "--metrics-json", os.devnull,
+                 "--append"]) == 0
     final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["final"]
     for key in ("auc.engage", "auc.buy", "logloss.engage", "logloss.buy"):
         assert 0.0 < final[key] < 1.0, key
-    assert final["eval_samples"] == 16857 and "auc" not in final
+    assert final["eval_samples"] > 4000 and "auc" not in final
     from two_tasks import build  # (found through --model-path)
 
-    raw = yaml.safe_load((ROOT / "examples/two_tasks.yaml").read_text())
-    raw["data"]["path"] = str(TAOBAO)
-    raw["train"].update(steps=4, epochs=None)
     cfg = cosparse.load_config(raw)
     with cosparse.Trainer(build(cfg.tables, 0, **cfg.model.args), cfg, log=lambda m: None) as t:
         metrics = t.fit().metrics
