@@ -124,6 +124,10 @@ def test_interaction_tasks_and_their_sampled_negatives_zero_for_every_task(tmp_p
             assert buy[event].sum() == want.sum()
     assert "click 100.0% positive, buy " in plain.notes[0]
     assert "warning: task click" in plain.notes[-1]
+    raw["data"]["events"]["layout"] = "user_items"  # (users and items only: no label columns)
+    raw["data"]["columns"] = {"labels": raw["data"]["columns"]["labels"]}
+    with pytest.raises(ConfigError, match="user_items file .*data.columns.labels"):
+        cosparse.load_config(raw)
 
 
 def test_an_eval_side_of_one_class_of_a_task_is_refused_naming_the_task(tmp_path):

@@ -388,9 +388,9 @@ def _validate_interactions(d: DataConfig) -> None:
                               f"'{d.reader}'")
         return
     if d.events.layout == "user_items":
-        if cols is not None and (cols.time or cols.item_features):
+        if cols is not None and (cols.time or cols.item_features or cols.labels):
             raise ConfigError("data.columns: a user_items file has users and items only (its "
-                              "order is the time)")
+                              "order is the time; no label columns for data.columns.labels)")
         return
     for k in ("user", "item"):
         if cols is None or not getattr(cols, k):

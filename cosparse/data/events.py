@@ -12,8 +12,8 @@ and ``hist_item``, ``hist_cate``, ``hist_btag`` (jagged, the same length): the u
 a timestamp strictly before ``e``'s, most recent first, at most ``max_len`` of them (the most
 recent are kept). ``hist_btag`` is the behaviour code (pv 0, cart 1, fav 2, buy 3). The label is
 1 when ``e``'s behaviour is in ``positive``; with several tasks (``data.columns.labels``), each
-task's label is 1 when it is in that task's ``positive`` list. There are no dense features (dense is [B, 0]).
-Targets need ``min_history`` preceding events.
+task's label is 1 when it is in that task's ``positive`` list. There are no dense features
+(dense is [B, 0]). Targets need ``min_history`` preceding events.
 
 Split by time: events ranked by (timestamp, file line); the last ``eval_fraction`` of them are the
 eval targets, so every eval target comes after every train target (histories may reach back into

@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 import pyarrow.parquet as pq
 
-from cosparse.config import ColumnsConfig, ConfigError, DataConfig
+from cosparse.config import ColumnsConfig, DataConfig
 from cosparse.data.errors import DataError
 from cosparse.data.interactions import InteractionLog, InteractionsReader
 from cosparse.data.lines import read_blocks
@@ -85,13 +85,8 @@ def load_interactions(data: DataConfig, regression: frozenset[str] = frozenset()
                 data.on_bad_record, sorted(regression)))
     if key not in _LOGS:
         cols = data.columns or ColumnsConfig()
-        if data.events.layout == "user_items":
-            if cols.labels:
-                raise ConfigError("data.columns.labels: a user_items file (data.events.layout) "
-                                  "has users and items only, no label columns")
-            _LOGS[key] = read_user_items(data, cols)
-        else:
-            _LOGS[key] = read_table(data, cols, regression)
+        _LOGS[key] = (read_user_items(data, cols) if data.events.layout == "user_items"
+                      else read_table(data, cols, regression))
     return _LOGS[key]
 
 
