@@ -73,6 +73,7 @@ def test_taobao_tasks_are_the_one_label_readers_labels_of_their_behaviours(tmp_p
      "data.columns.labels.buy: gives task buy the labels of task engage"),
     (lambda r: r["data"]["columns"].update(dense=["ts"]), "data.columns: reader taobao_events"),
     (lambda r: r["data"].update(reader="libsvm"), "not 'libsvm'.*data.columns.label\\)"),
+    (lambda r: r["tables"][0].update(features="auto"), r"tables\[0\].features: 'auto' takes"),
 ])
 def test_conflicting_or_unknown_task_labels_are_config_errors(tmp_path, change, message):
     raw = copy.deepcopy(_taobao(tmp_path / "log.csv", copy.deepcopy(TASKS)))
