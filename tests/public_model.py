@@ -60,6 +60,29 @@ class UserModel(nn.Module):
         return self.top(x).squeeze(1)
 
 
-def new_model(seed: int = 0) -> UserModel:
+def new_model(seed: int = 0, kind: type[UserModel] | None = None) -> UserModel:
     torch.manual_seed(seed)
-    return UserModel()
+    return (kind or UserModel)()
+
+
+class TwoCollections(UserModel):
+    """The same model with its tables in two collections, one of them nested (as a two-tower
+    model holds one per tower): the same layers from the same seed, so the same numbers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        del self.embeddings
+        self.items = cosparse.EmbeddingBagCollection(TABLES[:1])
+        self.towers = nn.ModuleList([cosparse.EmbeddingBagCollection(TABLES[1:])])
+        self.embeddings = _Joined(self.items, self.towers[0])
+
+
+class _Joined:
+    """Both collections' lookups as one dict (not a module: the collections are found where
+    they sit)."""
+
+    def __init__(self, *collections: cosparse.EmbeddingBagCollection) -> None:
+        self.collections = collections
+
+    def __call__(self, batch: cosparse.Batch) -> dict:
+        return {f: v for c in self.collections for f, v in c(batch).items()}

@@ -6,11 +6,6 @@ metrics against numpy by hand; config errors that name the key."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,9 +21,7 @@ from cosparse.config.objective import ObjectiveConfig, TaskConfig
 from cosparse.config.validate import validate
 from cosparse.train.objective import objective_loss
 from cosparse.train.task_metrics import first_ids, grouped_auc, task_scores
-from tests.proctree import descendants, wait_gone
 
-ROOT = Path(__file__).resolve().parent.parent
 
 def _fit(model, config, objective=None):
     with cosparse.Trainer(model, config, objective=objective, log=lambda m: None) as t:
@@ -198,31 +191,9 @@ def test_parquet_reads_the_tasks_as_csv_does(tmp_path):
     assert from_parquet.metrics["mse.watch"] == from_csv.metrics["mse.watch"]
 
 
-def test_two_ranks_sum_the_loss_over_the_global_batch(tmp_path):
-    """Each rank's summed loss over the global batch size: the same numbers as one process,
-    within float tolerance (the sums are added in another order)."""
+def test_a_group_by_feature_the_data_lacks_is_named(tmp_path):
+    """(The objective on 2 ranks: ``tests/test_public_full_model.py``.)"""
     write_csv(tmp_path / "d.csv")
-    out = tmp_path / "rank0.pt"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-           str(ROOT / "tests/objective_ranks.py"), str(tmp_path / "d.csv"), str(out)]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
-    try:
-        log, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        kids = descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        wait_gone(kids, 10)
-        pytest.fail(f"the 2-rank run did not finish in 120 s:\n{log[-4000:]}")
-    assert proc.returncode == 0, f"the 2-rank run failed:\n{log[-6000:]}"
-    got, ref = torch.load(out), _fit(TwoTasks(), mapping(tmp_path / "d.csv"))
-    assert got["metrics"]["world_size"] == 2
-    np.testing.assert_allclose(got["losses"], ref.losses, rtol=1e-5)
-    for key in ("auc.ctr", "mse.watch"):
-        assert got["metrics"][key] == pytest.approx(ref.metrics[key], rel=1e-4), key
     cfg = mapping(tmp_path / "d.csv")
     cfg["objective"]["tasks"] = {**TASKS, "ctr": {"kind": "binary", "group_by": "nope"}}
     with pytest.raises(ConfigError, match=r"objective\.tasks\.ctr\.group_by: no feature 'nope' "

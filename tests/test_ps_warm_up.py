@@ -17,3 +17,18 @@ def test_the_warm_up_runs_once_per_cache_folder(tmp_path, monkeypatch):
 
 def test_the_warm_up_runs_every_table_operation_of_every_optimizer():
     assert warm_up_kernels() < 30.0  # compiled in this process already: quick
+
+
+def test_the_warm_up_compiles_what_requests_read_off_the_wire_take():
+    """Arrays a shard reads off the wire are read-only, which numba types apart: the warm-up
+    compiles both kinds, so no kernel is first compiled at a client's request (under load that
+    took longer than the request timeout)."""
+    from numba.core import types
+
+    from cosparse.ps import shard_kernels as k
+
+    warm_up_kernels()
+    for kernel in (k.pull_serial, k.push_serial):  # (a one-thread shard's)
+        readonly = [sig for sig in kernel.signatures
+                    if any(isinstance(t, types.Array) and not t.mutable for t in sig)]
+        assert readonly, f"{kernel.__name__}: no read-only signature among {kernel.signatures}"

@@ -11,12 +11,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from public_model import STEPS, TABLES, UserModel, mapping, new_model
+from public_model import STEPS, TABLES, TwoCollections, UserModel, mapping, new_model
 from torch import nn
 
 import cosparse
@@ -27,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PS = {"embedded": True, "num_shards": 2}
 
 
-def train(raw: dict) -> dict:
-    """Losses, rows (sorted by ID) and dense parameters of the user's model trained under
-    ``raw``."""
-    model = new_model()
+def train(raw: dict, build: Callable[[], nn.Module] = new_model) -> dict:
+    """Losses, rows (sorted by ID) and dense parameters of the user's model (``build()``)
+    trained under ``raw``."""
+    model = build()
     with cosparse.Trainer(model, cosparse.load_config(raw), log=lambda m: None) as trainer:
         result = trainer.fit()
         rows = {}
@@ -211,19 +212,39 @@ def test_config_refusals_name_the_key():
 
 
 # --- the model ----------------------------------------------------------------------------------
-class _Two(nn.Module):
+class _SharedTable(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.a = cosparse.EmbeddingBagCollection(TABLES[:1])
-        self.towers = nn.ModuleList([cosparse.EmbeddingBagCollection(TABLES[1:])])
+        self.towers = nn.ModuleList([cosparse.EmbeddingBagCollection(TABLES[:1])])
 
 
-def test_a_model_needs_exactly_one_collection_and_a_placed_one():
+class _SharedFeature(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = cosparse.EmbeddingBagCollection(TABLES[:1])
+        self.b = cosparse.EmbeddingBagCollection([{**TABLES[1], "features": ["C3"]}])
+
+
+def test_every_collection_in_the_model_is_found_and_placed():
+    """Two collections (one nested, as one per tower) train the numbers of one collection
+    holding both tables: one engine looks every table up once per batch. Under architecture B,
+    the data workers delivering, as the one collection does on every placement (above)."""
+    got = train(placement("collaborative"), lambda: new_model(kind=TwoCollections))
+    assert got["delivered_batches"] == STEPS
+    assert difference(got, reference()) is None, difference(got, reference())
+
+
+def test_a_model_needs_a_collection_and_a_placed_one():
     cfg = cosparse.load_config(mapping())
     with pytest.raises(ConfigError, match="Linear holds no cosparse.EmbeddingBagCollection"):
         cosparse.Trainer(nn.Linear(3, 1), cfg)
-    with pytest.raises(ConfigError, match=r"2 EmbeddingBagCollections \('a', 'towers\.0'\)"):
-        cosparse.Trainer(_Two(), cfg)
+    with pytest.raises(ConfigError, match=r"table 'items' is in the EmbeddingBagCollections "
+                                          r"'a' and 'towers\.0'"):
+        cosparse.Trainer(_SharedTable(), cfg)
+    with pytest.raises(ConfigError, match=r"feature 'C3' is read by the EmbeddingBagCollections "
+                                          r"'a' and 'b'"):
+        cosparse.Trainer(_SharedFeature(), cfg)
     model = new_model()
     with cosparse.Trainer(model, cfg, log=lambda m: None) as trainer:
         trainer.fit(2)

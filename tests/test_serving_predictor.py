@@ -55,7 +55,7 @@ def _trained(tmp, factory: bool):
         trainer.run(steps=4, evaluate=False)
         trainer.save()
         trainer.evaluate()
-        expected = np.array(trainer.eval_predictions, copy=True)
+        expected = np.array(trainer.eval_predictions["label"], copy=True)
         batches = _eval_batches(trainer)
     finally:
         trainer.close()

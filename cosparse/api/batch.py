@@ -8,6 +8,8 @@ batch's IDs in TorchRec's ``KeyedJaggedTensor`` shape (``keys``, ``values``, ``l
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from cosparse.batch import SparseBatch
@@ -68,6 +70,7 @@ class Batch:
                                              else w.to(device, non_blocking=True))
         self._dense: torch.Tensor | None = None
         self._labels: dict[str, torch.Tensor] | None = None
+        self._looked_up: tuple[Any, Any] | None = None  # (engine, its lookup of this batch)
 
     @property
     def batch_size(self) -> int:
@@ -91,6 +94,13 @@ class Batch:
             tasks = raw.task_labels if raw.task_labels is not None else {"label": raw.labels}
             self._labels = {k: v.to(self.device, non_blocking=True) for k, v in tasks.items()}
         return self._labels
+
+    def looked_up(self, engine: Any) -> Any:
+        """``engine``'s lookup of this batch, every table's, done once however many of the
+        model's collections ask (each takes its own features from it)."""
+        if self._looked_up is None or self._looked_up[0] is not engine:
+            self._looked_up = (engine, engine(self._prepared))
+        return self._looked_up[1]
 
     def __repr__(self) -> str:
         return (f"Batch(batch_size={self.batch_size}, dense={tuple(self._prepared.batch.dense.shape)}"

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from cosparse.api.collections import Collections
 from cosparse.api.config import config_for_model, load_config
-from cosparse.api.engine_model import find_collection
 from cosparse.api.trainer import Trainer
 from cosparse.config import Config, ConfigError
 from cosparse.train.exactness import Distance, Outcome, distance, sorted_rows
@@ -94,8 +94,7 @@ def _builder(model: ModelSource) -> Callable[[], nn.Module] | None:
     if model is None:
         return None
     if isinstance(model, nn.Module):
-        _, collection = find_collection(model)
-        if collection._engine is not None:
+        if Collections(model).placed:
             raise ConfigError("check: the model given has been trained (its "
                               "EmbeddingBagCollection is placed); give a builder of fresh "
                               "models, or one not yet trained")
@@ -125,7 +124,7 @@ def _config(builder: Callable[[], nn.Module] | None,
                               "your own in Python: cosparse.check(build_model, config)")
         return cfg
     cfg = config if isinstance(config, Config) else load_config(config)
-    return config_for_model(cfg, find_collection(builder())[1].tables)
+    return config_for_model(cfg, Collections(builder()).tables)
 
 
 def _quiet(cfg: Config, steps: int) -> None:

@@ -62,7 +62,7 @@ class EmbeddingBagCollection(nn.Module):
                 "EmbeddingBagCollection: not placed yet: train the model through "
                 "cosparse.Trainer(model, config), which places its tables as the config's "
                 "store, supply and parallel sections say (a closed trainer unplaces them)")
-        out = self._engine(batch._prepared)
+        out = batch.looked_up(self._engine)
         return {f: out[f] for f in self.features}
 
     def _zeros(self, batch: Batch) -> Lookup:

@@ -1,8 +1,8 @@
 """The module the engine trains in place of a built-in model: a user's model behind the
 interface the internal trainer reads (``ec``, ``dropout``, ``forward(prepared) -> logits [B]``).
 
-Its ``ec`` is the model's one ``EmbeddingBagCollection``'s engine: setting it (what the trainer
-does whenever it builds or rebuilds the collection) places that collection. Its ``forward``
+Its ``ec`` is the engine the model's ``EmbeddingBagCollection``s are placed on: setting it (what
+the trainer does whenever it builds or rebuilds the collection) places every one of them. Its ``forward``
 hands the user's model a ``cosparse.Batch`` and checks what comes back: a ``Tensor[B]`` (or
 [B, 1]) of one task, or a dict of them naming the objective's tasks.
 """
@@ -15,54 +15,36 @@ import torch
 from torch import nn
 
 from cosparse.api.batch import Batch
-from cosparse.api.embedding_bags import EmbeddingBagCollection
+from cosparse.api.collections import Collections
 from cosparse.batch import SparseBatch
-from cosparse.config import ConfigError
 from cosparse.nn.types import PreparedBatch
-
-
-def find_collection(model: nn.Module) -> tuple[str, EmbeddingBagCollection]:
-    """The path and module of the one ``EmbeddingBagCollection`` in ``model``, found by type."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"cosparse.Trainer(model, ...): model must be a torch.nn.Module, not a "
-                        f"{type(model).__name__}")
-    found = [(name, m) for name, m in model.named_modules()
-             if isinstance(m, EmbeddingBagCollection)]
-    if not found:
-        raise ConfigError(f"model: {type(model).__name__} holds no cosparse.EmbeddingBagCollection;"
-                          " its sparse features are looked up through one")
-    if len(found) > 1:
-        paths = ", ".join(repr(name or "<the model itself>") for name, _ in found)
-        raise ConfigError(f"model: {len(found)} EmbeddingBagCollections ({paths}); one per model "
-                          "is supported: put every table in one collection")
-    return found[0]
 
 
 class EngineModel(nn.Module):
     """``model`` (the user's) as the internal trainer drives it."""
 
-    def __init__(self, model: nn.Module, collection_path: str,
-                 tasks: list[str] | None = None) -> None:
+    def __init__(self, model: nn.Module, tasks: list[str] | None = None) -> None:
         """``tasks``: the objective's tasks, whose outputs ``forward`` returns by name (None:
         the one task's logits)."""
         super().__init__()
         self.model = model
         self.tasks = tasks
         self.dropout = None  # (the built-in models' seeded tower dropout: none here)
-        self._path = collection_path
+        self._paths = Collections(model).paths
 
     @property
-    def collection(self) -> EmbeddingBagCollection:
-        return self.model.get_submodule(self._path)  # type: ignore[return-value]
+    def collections(self) -> Collections:
+        """The model's collections (found again: a deep copy of this module holds copies)."""
+        return Collections(self.model)
 
     @property
     def ec(self) -> Any:
-        """The engine's embedding collection the model's EmbeddingBagCollection is placed on."""
-        return self.collection._engine
+        """The engine's embedding collection the model's EmbeddingBagCollections are placed on."""
+        return self.model.get_submodule(self._paths[0])._engine
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "ec":  # the trainer (re)built its collection: place the model's on it
-            self.collection.place(value)
+            self.collections.place(value)
             return
         super().__setattr__(name, value)
 
@@ -81,12 +63,8 @@ class EngineModel(nn.Module):
 
 
 def _dry_outputs(engine: EngineModel, batch: SparseBatch, device: torch.device) -> Any:
-    collection = engine.collection
-    collection._dry = True
-    try:
+    with engine.collections.dry():
         out = engine.model(Batch(PreparedBatch(batch, {}), device))
-    finally:
-        collection._dry = False
     if engine.tasks is None:
         return logits_of(out, batch.batch_size)
     return task_outputs(out, engine.tasks, batch.batch_size)

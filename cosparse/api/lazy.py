@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from cosparse.api.batch import Batch
-from cosparse.api.embedding_bags import EmbeddingBagCollection
+from cosparse.api.collections import Collections
 from cosparse.batch import SparseBatch
 from cosparse.nn.types import PreparedBatch
 
@@ -24,22 +24,20 @@ def lazy_names(model: nn.Module) -> list[str]:
     return [n for n, t in [*model.named_parameters(), *model.named_buffers()] if is_lazy(t)]
 
 
-def materialise(model: nn.Module, collection: EmbeddingBagCollection, batch: SparseBatch,
+def materialise(model: nn.Module, collections: Collections, batch: SparseBatch,
                 seed: int) -> None:
     """One forward of ``model`` on ``batch`` in eval mode, without gradients, the lookups
     zeros (nothing is looked up or planned); raises when a lazy parameter is left."""
     placed = [t for t in model.parameters() if not is_lazy(t)]
     device = placed[0].device if placed else torch.device("cpu")
     was_training = model.training
-    collection._dry = True
     devices = [device] if device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
+        with collections.dry(), torch.random.fork_rng(devices=devices), torch.no_grad():
             torch.manual_seed(seed)
             model.eval()
             model(Batch(PreparedBatch(batch, {}), device))
     finally:
-        collection._dry = False
         model.train(was_training)
     left = lazy_names(model)
     if left:

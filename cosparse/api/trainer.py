@@ -18,9 +18,9 @@ from typing import Any
 
 from torch import nn
 
+from cosparse.api.collections import Collections
 from cosparse.api.config import config_for_model, load_config
-from cosparse.api.embedding_bags import EmbeddingBagCollection
-from cosparse.api.engine_model import EngineModel, find_collection
+from cosparse.api.engine_model import EngineModel
 from cosparse.api.lazy import lazy_names, materialise
 from cosparse.api.objective import Objective, with_objective
 from cosparse.batch import SparseBatch
@@ -58,25 +58,25 @@ class Trainer:
         (default: above the progress bar). ``inputs`` and ``on_interval``, as ``cosparse train``
         gives them (``cosparse.api.factory``): the readers, already made from the config, and
         what watches every interval's metrics."""
-        path, collection = find_collection(model)
+        collections = Collections(model)
         cfg = config if isinstance(config, Config) else load_config(config)
-        cfg = config_for_model(with_objective(cfg, objective), collection.tables)
+        cfg = config_for_model(with_objective(cfg, objective), collections.tables)
         self.model = model
-        self.collection: EmbeddingBagCollection = collection
+        self.collections = collections
         if lazy_names(model):  # a dry forward on the first batch, before any optimizer sees it
             inputs = inputs or model_inputs(cfg)
             check_table_features(inputs.cfg, inputs.train)
-            materialise(model, collection, _first_batch(inputs.train), cfg.train.seed)
+            materialise(model, collections, _first_batch(inputs.train), cfg.train.seed)
         try:
-            if cfg.store.tiered and not collection.placed:
+            if cfg.store.tiered and not collections.placed:
                 # what "dense first" sizing dry-runs the model on before the tiers exist: a
                 # collection as a built-in model's own (the trainer then places the real one)
-                collection.place(EmbeddingCollection(cfg.tables, pick_device(cfg.train.device)))
+                collections.place(EmbeddingCollection(cfg.tables, pick_device(cfg.train.device)))
             tasks = None if objective_of(cfg.objective).default else list(cfg.objective.tasks)
             self._engine = EngineTrainer(cfg, log=log, inputs=inputs, on_interval=on_interval,
-                                         model=EngineModel(model, path, tasks))
+                                         model=EngineModel(model, tasks))
         except BaseException:
-            collection.place(None)  # (what the failed set-up placed it on is stopped)
+            collections.place(None)  # (what the failed set-up placed it on is stopped)
             raise
         self.config = self._engine.cfg
 
@@ -117,7 +117,7 @@ class Trainer:
         try:
             self._engine.close()
         finally:
-            self.collection.place(None)
+            self.collections.place(None)
 
     def __enter__(self) -> Trainer:
         return self

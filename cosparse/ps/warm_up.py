@@ -34,16 +34,24 @@ def warm_up_kernels(threads: int = 1) -> float:
     tables = [TableConfig(name=f"warm_{kind}", dim=4, optimizer=OptimizerConfig(kind=kind))
               for kind in OPTIMIZERS]
     shard.register(tables)
-    ids = np.arange(1, 9, dtype=np.int64)
-    grads = np.full((len(ids), 4), 0.01, np.float32)
-    for t in tables:
-        shard.pull(t.name, ids)
-        shard.push(t.name, ids, grads, 1)
-        shard.pull(t.name, ids, with_state=True)
-        shard.push_rows(t.name, ids, np.zeros((len(ids), shard.table(t.name).width),
-                                              np.float32))
-        shard.dump(t.name)
+    for readonly in (False, True):  # (arrays read off the wire are read-only: numba types
+        # them apart, and a kernel first compiled at a client's request timed it out)
+        ids = _array(np.arange(1, 9, dtype=np.int64), readonly)
+        grads = _array(np.full((len(ids), 4), 0.01, np.float32), readonly)
+        for t in tables:
+            shard.pull(t.name, ids)
+            shard.push(t.name, ids, grads, 1)
+            shard.pull(t.name, ids, with_state=True)
+            rows = np.zeros((len(ids), shard.table(t.name).width), np.float32)
+            shard.push_rows(t.name, ids, _array(rows, readonly))
+            shard.dump(t.name)
     return time.perf_counter() - t0
+
+
+def _array(a: np.ndarray, readonly: bool) -> np.ndarray:
+    if readonly:
+        a.setflags(write=False)
+    return a
 
 
 def ensure_warm(threads: int = 1) -> float | None:

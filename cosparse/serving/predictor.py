@@ -1,12 +1,13 @@
 """The predictor of an export: the model's dense part rebuilt from the export's ``dense`` entry
 (``cosparse.serving.dense``) over an embedding collection whose rows are the export's tables.
 
-``predict(batch)`` gives ``{"label": probabilities [B]}``: the sigmoid of the model's logits,
-what the trainer's evaluation scores (``train/trainer_evaluation.py``), computed by the same
-code on the same rows, so on CPU the two agree bit for bit. An ID a table has no row for reads
-the table's initial row (a pure function of the table's seed and the ID, the trainer's init
-for a new row, ``cosparse.store.resident.initial_rows``), as evaluation reads it, and is counted
-in ``unknown_ids[table]`` (each unknown ID once per batch it appears in).
+``predict(batch)`` gives each task's predictions ``{task: Tensor[B]}`` (a model of one label:
+``{"label": ...}``): a binary task's probability (the sigmoid of its logit), a regression's
+value, what the trainer's evaluation records (``cosparse.train.objective.task_predictions``),
+computed by the same code on the same rows, so on CPU the two agree bit for bit. An ID a table
+has no row for reads the table's initial row (a pure function of the table's seed and the ID,
+the trainer's init for a new row, ``cosparse.store.resident.initial_rows``), as evaluation reads
+it, and is counted in ``unknown_ids[table]`` (each unknown ID once per batch it appears in).
 
 The model is built on the first batch (its number of dense inputs is the batch's).
 """
@@ -23,11 +24,13 @@ from torch import nn
 
 from cosparse.batch import SparseBatch
 from cosparse.config import Config, TableConfig, config_from_mapping
+from cosparse.config.objective import ObjectiveConfig, objective_of
 from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.types import PreparedBatch
 from cosparse.serving.format import ServingError, read_manifest, sha256_file
 from cosparse.serving.load import LookupTable, load_tables
 from cosparse.store.resident import initial_rows
+from cosparse.train.objective import task_predictions
 
 
 class Predictor(dict[str, LookupTable]):
@@ -42,6 +45,7 @@ class Predictor(dict[str, LookupTable]):
         self.unknown_ids: dict[str, int] = {name: 0 for name in tables}
         self._model: nn.Module | None = None
         self._ec: EmbeddingCollection | None = None
+        self.objective: ObjectiveConfig | None = None  # the tasks predicted, once built
         self.form: str | None = None  # what predicts, once built: "program" or "state_dict"
 
     def _tables_config(self) -> list[TableConfig]:
@@ -61,6 +65,7 @@ class Predictor(dict[str, LookupTable]):
         if sha256_file(path) != dense["file"]["sha256"]:
             raise ServingError(f"{path}: checksum mismatch (export again)")
         cfg = config_from_mapping(dense["config"])
+        self.objective = objective_of(cfg.objective)
         program = dense.get("program")
         if program and self.use_program:  # the torch.export program of the dense part, the lookup outside it
             ppath = self.root / program["path"]
@@ -86,15 +91,16 @@ class Predictor(dict[str, LookupTable]):
 
     @torch.no_grad()
     def predict(self, batch: SparseBatch) -> dict[str, torch.Tensor]:
-        """``{"label": probabilities [B]}`` of ``batch`` (the model's sigmoid)."""
+        """Each task's predictions on ``batch``: ``{task: Tensor[B]}``, a binary task's
+        probability, a regression's value."""
         if self._model is None:
             self._build(int(batch.dense.shape[1]))
-        assert self._model is not None and self._ec is not None
+        assert self._model is not None and self._ec is not None and self.objective is not None
         prepared = self._ec.prepare(batch)
         for name, tids in prepared.tables.items():
             _, found = self[name].find(tids.unique)
             self.unknown_ids[name] += int(np.count_nonzero(~found))
-        return {"label": torch.sigmoid(self._model(prepared)).float()}
+        return task_predictions(self.objective, self._model(prepared))
 
 
 class ProgramModel(nn.Module):
@@ -129,12 +135,12 @@ def _build_model(cfg: Config, reference: dict[str, Any], num_dense: int
     """The model ``reference`` names on CPU, with its embedding collection (all resident)."""
     cpu = torch.device("cpu")
     if "factory" in reference:
-        from cosparse.api.engine_model import EngineModel, find_collection
+        from cosparse.api.engine_model import EngineModel
         from cosparse.api.factory import build_factory_model
 
         user = build_factory_model(cfg, num_dense)
-        path, _ = find_collection(user)
-        model = EngineModel(user, path)
+        objective = objective_of(cfg.objective)
+        model = EngineModel(user, None if objective.default else list(objective.tasks))
         ec = EmbeddingCollection(cfg.tables, device=cpu)
         model.ec = ec
         return model, ec

@@ -25,6 +25,16 @@ def task_labels(batch: SparseBatch) -> dict[str, torch.Tensor]:
     return batch.task_labels if batch.task_labels is not None else {"label": batch.labels}
 
 
+def task_predictions(objective: ObjectiveConfig, outputs: Outputs) -> dict[str, torch.Tensor]:
+    """What each task predicts from the model's outputs, float32: a binary task's probability
+    (the sigmoid of its logit), a regression's value. Evaluation records these and serving
+    returns them, both through this function, so the two agree bit for bit."""
+    if not isinstance(outputs, dict):
+        outputs = {"label": outputs}
+    return {name: (torch.sigmoid(outputs[name]) if task.kind == "binary"
+                   else outputs[name]).float() for name, task in objective.tasks.items()}
+
+
 def per_sample(kind_loss: str, delta: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One task's loss per sample."""
     if kind_loss == "bce":

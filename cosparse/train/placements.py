@@ -17,15 +17,15 @@ from cosparse.config import (
     SupplyConfig,
     TierConfig,
 )
-from cosparse.data import make_reader
 from cosparse.data.reader import NOT_YET
 from cosparse.store.dedup import Deduper
+from cosparse.train.inputs import model_inputs
 
 
 def trace_stats(cfg: Config, lookahead: int, steps: int) -> dict[str, tuple[int, int]]:
     """Per table: (rows touched in ``steps`` training batches, the most unique rows of
     lookahead+1 consecutive batches), replayed from the reader exactly as training sees it."""
-    reader = make_reader(cfg.data, "train")
+    reader = model_inputs(cfg).train  # (a file's columns or features included)
     dedup = Deduper()
     per_batch: dict[str, list[np.ndarray]] = {t.name: [] for t in cfg.tables}
     seen = 0

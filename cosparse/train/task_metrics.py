@@ -16,7 +16,7 @@ from cosparse.config.objective import ObjectiveConfig
 from cosparse.data import BatchStream
 from cosparse.train.evaluate import joined_batches, roc_auc
 from cosparse.train.inputs import WORKER_PRELOAD
-from cosparse.train.objective import task_labels
+from cosparse.train.objective import task_labels, task_predictions
 
 
 def task_scores(objective: ObjectiveConfig, outputs: dict[str, np.ndarray],
@@ -128,6 +128,10 @@ def evaluate_tasks(trainer: Any) -> dict[str, Any]:
     joined_y = {t: np.concatenate([y[t] for y in ys]) for t in tasks}
     weights = np.concatenate(ws) if ws else None
     groups = {f: np.concatenate([g[f] for g in gs]) for f in group_by}
+    trainer.eval_predictions = {  # (per task, in eval order: what serving reproduces)
+        t: np.concatenate([task_predictions(trainer.objective, {k: torch.from_numpy(v)
+                                                                for k, v in o.items()})[t]
+                           .numpy() for o in outs]) for t in tasks}
     out: dict[str, Any] = task_scores(trainer.objective, joined_out, joined_y, weights,
                                       cfg.train.weighted_metrics, groups)
     out["eval_samples"] = int(joined_y[tasks[0]].shape[0])

@@ -17,6 +17,7 @@ from cosparse.train.evaluate import joined_batches, log_loss, roc_auc
 from cosparse.train.inputs import (
     WORKER_PRELOAD,
 )
+from cosparse.train.objective import task_predictions
 from cosparse.train.task_metrics import evaluate_tasks
 
 
@@ -88,7 +89,7 @@ class EvaluationRole:
             for batch in self._mine(joined_batches(s, want)):
                 self.progress.beat(f"evaluating at step {self.state.step}")
                 logits = self.model(self.ec.prepare(batch))
-                scores.append(torch.sigmoid(logits).float().cpu().numpy())
+                scores.append(task_predictions(self.objective, logits)["label"].cpu().numpy())
                 labels.append(batch.labels.numpy())
         self.model.train()
         if self.ranks:  # every rank scored its samples: all of them, in global order
@@ -103,7 +104,7 @@ class EvaluationRole:
         if not scores:
             return {}
         y, p = np.concatenate(labels), np.concatenate(scores)
-        self.eval_predictions = p  # (the probabilities, in eval order: what serving reproduces)
+        self.eval_predictions = {"label": p}  # (in eval order: what serving reproduces)
         out = {"auc": roc_auc(y, p), "logloss": log_loss(y, p), "eval_samples": int(y.shape[0])}
         self.sink.write({"kind": "eval", "step": self.state.step, **out})
         self.log(
