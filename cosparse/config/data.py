@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from cosparse.config.errors import ConfigError
 from cosparse.config.eval_path import validate_eval_path
 from cosparse.config.labels import (
-    BEHAVIOUR_COLUMN,
     LabelConfig,
     as_label,
+    validate_event_labels,
     validate_label,
     validate_targets,
 )
@@ -205,9 +205,6 @@ class DataConfig:
     stream: StreamConfig | None = None  # None: the finite data of data.path
 
 
-_BEHAVIOURS = ("pv", "cart", "fav", "buy")
-
-
 def validate_data(cfg: Config) -> None:
     """A file reader has a path, bags are not inverted, and the labels are known behaviours."""
     d = cfg.data
@@ -222,15 +219,9 @@ def validate_data(cfg: Config) -> None:
     _validate_interactions(d)
     _validate_split(d)
     _validate_shuffle(cfg)
-    ev = d.events
-    bad = [b for b in ev.positive or ["buy"] if b not in _BEHAVIOURS]
-    if ev.positive == [] or bad:
-        raise ConfigError(f"data.events.positive: need behaviours among {', '.join(_BEHAVIOURS)}"
-                          f" (got {ev.positive})")
-    if ev.positive is not None and d.columns is not None and d.columns.labels:
-        raise ConfigError("data.events.positive and data.columns.labels both label the samples "
-                          f"(events.positive: {ev.positive}); with several tasks each task's "
-                          "labels say which behaviours are positive: drop data.events.positive")
+    cols = d.columns
+    validate_event_labels(d.reader, d.events.positive, cols.labels if cols else {},
+                          cols is None or cols == ColumnsConfig(labels=cols.labels))
 
 
 def _validate_csv(d: DataConfig) -> None:
@@ -247,10 +238,6 @@ def _validate_csv(d: DataConfig) -> None:
     cols = d.columns
     if cols is None:
         return
-    if d.reader == "taobao_events" and cols != ColumnsConfig(labels=cols.labels):
-        raise ConfigError("data.columns: reader taobao_events has columns of its own; it takes "
-                          "data.columns.labels only (several tasks, each {column: "
-                          f"{BEHAVIOUR_COLUMN}, positive: [behaviours]}})")
     if d.reader not in ("csv", "parquet", "interactions", "libsvm", "taobao_events"):
         raise ConfigError(f"data.columns: maps the columns of readers 'csv', 'parquet', "
                           f"'interactions', 'libsvm' and 'taobao_events' (labels only), not "
@@ -271,7 +258,7 @@ def _validate_csv(d: DataConfig) -> None:
     named: dict[str, str] = {cols.label.column: "label"}
     if cols.labels or cols.weight:
         named = {**({} if cols.labels else named),
-                 **validate_targets(d.reader, cols.labels, cols.weight, _BEHAVIOURS)}
+                 **validate_targets(d.reader, cols.labels, cols.weight)}
     roles = [("dense", cols.dense), ("sequence", cols.sequence), ("drop", cols.drop)]
     if cols.sparse != "auto":
         roles.insert(1, ("sparse", cols.sparse))
