@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cosparse.autotune.types import Measurement
+from cosparse.autotune.types import Measurement, task_metric
 from cosparse.config import TrainConfig
 from cosparse.lifeline import pdeathsig
 
@@ -111,6 +111,8 @@ def measure(raw: dict[str, Any], warmup_steps: int, workdir: Path, timeout_s: fl
                 m.ps_bytes_per_step = rec["ps_bytes_per_step"]
                 m.loss_digest, m.row_digest = rec["loss_digest"], rec["row_digest"]
                 m.auc, m.logloss = rec.get("auc"), rec.get("logloss")
+                m.aucs = rec.get("aucs") or task_metric(rec, "auc")
+                m.loglosses = rec.get("loglosses") or task_metric(rec, "logloss")
             else:
                 window = folder.add(int(rec["step"]), float(rec["samples_per_s"]))
                 if window is None:

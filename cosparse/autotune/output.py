@@ -83,6 +83,15 @@ def _scatter(rows: list[dict[str, Any]], front: list[dict[str, Any]]) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _changes(suggestion: dict[str, Any], metric: str) -> str:
+    """A suggestion's change in ``metric``: its one figure, or each task's (``engage +0.0010,
+    buy -0.0030``)."""
+    per = suggestion.get(f"{metric}_changes") or {}
+    if len(per) <= 1:
+        return f"{suggestion[f'{metric}_change']:+.4f}"
+    return ", ".join(f"{html.escape(t)} {v:+.4f}" for t, v in per.items())
+
+
 def _semantic_html(decision: dict[str, Any]) -> str:
     sem = decision.get("semantic")
     if not sem:
@@ -90,7 +99,7 @@ def _semantic_html(decision: dict[str, Any]) -> str:
     esc = html.escape
     rows = "".join(
         f"<tr><td>{esc(str(s['params']))}</td><td>{s['speedup']:.3f}</td>"
-        f"<td>{s['auc_change']:+.4f}</td><td>{s['logloss_change']:+.4f}</td>"
+        f"<td>{_changes(s, 'auc')}</td><td>{_changes(s, 'logloss')}</td>"
         f"<td>{s['feasible']}</td><td>{s['passes_gate']}</td></tr>" for s in sem["suggested"])
     how = ("applied: " + esc(str(sem["applied"]))) if sem["applied"] else (
         "none applied" + ("" if sem.get("allowed") else " (semantic knobs are applied only with "

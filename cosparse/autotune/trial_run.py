@@ -1,7 +1,8 @@
 """One trial, in its own process (``python -m cosparse.autotune.trial_run CONFIG.json``): the
 engine trains the config's replay window and prints one JSON line per interval (its
 throughput) and a last one with what the run cost and the digests of its losses and rows (and,
-with ``--evaluate``, the held-out AUC and log loss: a semantic knob's trial).
+with ``--evaluate``, the held-out AUC and log loss, and each binary task's: a semantic knob's
+trial).
 
 Under torchrun (a reordering knob's trial: several ranks), rank 0 speaks for the run: the
 ranks' shards are merged into whole tables, device bytes are the largest rank's and host bytes
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
+from cosparse.autotune.types import task_metric
 from cosparse.parallel.reshard import merge_shards
 from cosparse.store.device_cache import DeviceCache
 
@@ -144,7 +146,9 @@ def main(path: str, evaluate: bool = False, numbers: Path | None = None) -> int:
                   "ps_bytes_per_step": ps / steps,
                   "loss_digest": hashlib.sha256(losses.tobytes()).hexdigest(),
                   "row_digest": row_digest(rows),
-                  "auc": final.get("auc"), "logloss": final.get("logloss")})
+                  "auc": final.get("auc"), "logloss": final.get("logloss"),
+                  "aucs": task_metric(final, "auc"),
+                  "loglosses": task_metric(final, "logloss")})
         if trainer.ranks is not None:
             dist.barrier()  # rank 0's PS shards stay up until every rank has read its rows
     finally:

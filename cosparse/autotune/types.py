@@ -11,6 +11,16 @@ from typing import Any, Literal
 KnobClass = Literal["exact", "reordering", "semantic"]
 
 
+def task_metric(final: dict[str, Any], metric: str) -> dict[str, float]:
+    """Each task's ``metric`` (``auc``, ``logloss``) of a run's final metrics: its
+    ``<metric>.<task>`` entries, or the one task's ``<metric>`` as task ``label``."""
+    out = {k.split(".", 1)[1]: float(v) for k, v in final.items()
+           if k.startswith(f"{metric}.") and v is not None}
+    if not out and final.get(metric) is not None:
+        out = {"label": float(final[metric])}
+    return out
+
+
 def median(values: list[float]) -> float:
     """The middle window's figure (the upper one of an even count; 0 for none)."""
     w = sorted(values)
@@ -86,6 +96,9 @@ class Measurement:
     row_digest: str = ""
     auc: float | None = None  # held-out AUC and log loss (semantic trials, which evaluate)
     logloss: float | None = None
+    # each binary task's held-out AUC and log loss (one task: {"label": auc})
+    aucs: dict[str, float] = field(default_factory=dict)
+    loglosses: dict[str, float] = field(default_factory=dict)
     error: str | None = None  # the run crashed or ran out of memory: an infeasible trial
     pruned: bool = False
 

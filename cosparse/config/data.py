@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from cosparse.config.errors import ConfigError
 from cosparse.config.eval_path import validate_eval_path
-from cosparse.config.labels import LabelConfig, as_label, validate_label, validate_targets
+from cosparse.config.labels import (
+    LabelConfig,
+    as_label,
+    validate_event_labels,
+    validate_label,
+    validate_targets,
+)
 from cosparse.config.libsvm import LibsvmConfig
 from cosparse.config.synthetic import SequenceSyntheticConfig, SyntheticConfig
 
@@ -24,7 +30,8 @@ class EventsConfig:
 
     max_len: int = 100
     min_history: int = 1
-    positive: list[str] = field(default_factory=lambda: ["buy"])  # behaviours labelled 1
+    # behaviours labelled 1 (None: buy); data.columns.labels labels several tasks instead
+    positive: list[str] | None = None
     shuffle: bool = True  # train samples in a seeded random order (else by time)
     seed: int = 0
     # reader interactions: "rows", one interaction per row (csv, tsv or parquet), or
@@ -198,9 +205,6 @@ class DataConfig:
     stream: StreamConfig | None = None  # None: the finite data of data.path
 
 
-_BEHAVIOURS = ("pv", "cart", "fav", "buy")
-
-
 def validate_data(cfg: Config) -> None:
     """A file reader has a path, bags are not inverted, and the labels are known behaviours."""
     d = cfg.data
@@ -215,11 +219,9 @@ def validate_data(cfg: Config) -> None:
     _validate_interactions(d)
     _validate_split(d)
     _validate_shuffle(cfg)
-    ev = d.events
-    bad = [b for b in ev.positive if b not in _BEHAVIOURS]
-    if not ev.positive or bad:
-        raise ConfigError(f"data.events.positive: need behaviours among {', '.join(_BEHAVIOURS)}"
-                          f" (got {ev.positive})")
+    cols = d.columns
+    validate_event_labels(d.reader, d.events.positive, cols.labels if cols else {},
+                          cols is None or cols == ColumnsConfig(labels=cols.labels))
 
 
 def _validate_csv(d: DataConfig) -> None:
@@ -236,9 +238,10 @@ def _validate_csv(d: DataConfig) -> None:
     cols = d.columns
     if cols is None:
         return
-    if d.reader not in ("csv", "parquet", "interactions", "libsvm"):
+    if d.reader not in ("csv", "parquet", "interactions", "libsvm", "taobao_events"):
         raise ConfigError(f"data.columns: maps the columns of readers 'csv', 'parquet', "
-                          f"'interactions' and 'libsvm', not '{d.reader}'")
+                          f"'interactions', 'libsvm' and 'taobao_events' (labels only), not "
+                          f"'{d.reader}'")
     validate_label(cols.label, d.reader)
     for col, dt in cols.datetime.items():
         key = f"data.columns.datetime.{col}"
@@ -372,9 +375,9 @@ def _validate_interactions(d: DataConfig) -> None:
                               f"'{d.reader}'")
         return
     if d.events.layout == "user_items":
-        if cols is not None and (cols.time or cols.item_features):
+        if cols is not None and (cols.time or cols.item_features or cols.labels):
             raise ConfigError("data.columns: a user_items file has users and items only (its "
-                              "order is the time)")
+                              "order is the time; no label columns for data.columns.labels)")
         return
     for k in ("user", "item"):
         if cols is None or not getattr(cols, k):

@@ -106,7 +106,8 @@ def validate_tables(cfg: Config) -> None:
 def _check_auto(cfg: Config, key: str, autos: int) -> None:
     """``features: auto`` takes the ID columns of data.columns, for one table."""
     if cfg.features.spec or (cfg.data.reader not in ("csv", "libsvm")
-                             and cfg.data.columns is None):
+                             and (cfg.data.columns is None
+                                  or cfg.data.reader == "taobao_events")):
         raise ConfigError(f"{key}.features: 'auto' takes the columns of data.columns (reader "
                           "csv or libsvm, or parquet with data.columns), without features.spec")
     if autos:

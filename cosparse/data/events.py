@@ -11,8 +11,9 @@ Sample of target event ``e``: features ``user``, ``target_item``, ``target_cate`
 and ``hist_item``, ``hist_cate``, ``hist_btag`` (jagged, the same length): the user's events with
 a timestamp strictly before ``e``'s, most recent first, at most ``max_len`` of them (the most
 recent are kept). ``hist_btag`` is the behaviour code (pv 0, cart 1, fav 2, buy 3). The label is
-1 when ``e``'s behaviour is in ``positive``. There are no dense features (dense is [B, 0]).
-Targets need ``min_history`` preceding events.
+1 when ``e``'s behaviour is in ``positive``; with several tasks (``data.columns.labels``), each
+task's label is 1 when it is in that task's ``positive`` list. There are no dense features
+(dense is [B, 0]). Targets need ``min_history`` preceding events.
 
 Split by time: events ranked by (timestamp, file line); the last ``eval_fraction`` of them are the
 eval targets, so every eval target comes after every train target (histories may reach back into
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 
 from cosparse.batch import SparseBatch
-from cosparse.config import DataConfig, EventsConfig, ShuffleConfig
+from cosparse.config import DataConfig, EventsConfig, LabelConfig, ShuffleConfig
 from cosparse.data import event_kernels as K
 from cosparse.data.errors import DataError
 from cosparse.data.interactions import InteractionLog, InteractionsReader
@@ -136,7 +137,11 @@ class TaobaoEventsReader(InteractionsReader):
         on_bad_record: OnBadRecord = "fail",
         events: EventsConfig | None = None,
         shuffle: ShuffleConfig | None = None,
+        labels: dict[str, LabelConfig] | None = None,
     ) -> None:
+        """``labels``: several tasks' labels (``data.columns.labels``), each positive when
+        the event's behaviour is in its ``positive`` list (None: one label,
+        ``events.positive``)."""
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
         if on_bad_record not in ("fail", "skip"):
@@ -144,16 +149,20 @@ class TaobaoEventsReader(InteractionsReader):
         ev = events or EventsConfig()
         if not 1 <= ev.max_len <= 10_000:
             raise ValueError("events.max_len must be in [1, 10000]")
-        unknown = [b for b in ev.positive if b not in K.BEHAVIOURS]
+        positive = {t: [str(b) for b in r.positive or ()] for t, r in (labels or {}).items()}
+        one = {"label": ev.positive or ["buy"]} if not positive else positive
+        unknown = [b for bs in one.values() for b in bs if b not in K.BEHAVIOURS]
         if unknown:
             raise ValueError(f"events.positive: unknown behaviours {unknown}")
         log = load_event_log(path)
         if log.first_error is not None and on_bad_record == "fail":
             raise DataError(log.first_error)
-        label = np.isin(log.btag, [K.BEHAVIOURS.index(b) for b in ev.positive])
+        marks = {t: np.isin(log.btag, [K.BEHAVIOURS.index(b) for b in bs]).astype(np.float32)
+                 for t, bs in one.items()}
         interactions = InteractionLog(
-            log.user, log.item, log.ts, log.line, label.astype(np.float32),
-            {"cate": log.cate}, {"btag": log.btag}, int(log.bad_lines.shape[0]))
+            log.user, log.item, log.ts, log.line, None if positive else marks["label"],
+            {"cate": log.cate}, {"btag": log.btag}, int(log.bad_lines.shape[0]),
+            tasks=marks if positive else {})
         data = DataConfig(reader="taobao_events", path=str(path), batch_size=batch_size,
                           on_bad_record=on_bad_record, eval_fraction=eval_fraction, events=ev,
                           shuffle=shuffle)

@@ -10,7 +10,9 @@ for the item's and the event's own columns, most recent first). Targets need
 ``data.events.min_history`` earlier events. The split is by time (the last ``eval_fraction`` of
 events) or ``data.split: {by: last_per_user}`` (leave-last-out). Labels come from the log, or
 every event is a positive and ``data.negatives`` adds sampled negatives (the same user, time and
-history, another item); negatives are never events, so never in a history. Train samples are
+history, another item); negatives are never events, so never in a history. Several tasks' labels
+(``data.columns.labels``) come from the log too: every event is then an interaction (negatives
+are drawn for each), and a sampled negative's label is 0 for every task. Train samples are
 shuffled by ``data.events.shuffle`` (whole split) or ``data.shuffle`` (windows); eval samples keep
 time order, each positive followed by its negatives.
 """
@@ -48,6 +50,9 @@ class InteractionLog:
     history: dict[str, np.ndarray] = field(default_factory=dict)
     bad_records: int = 0
     eval_mask: np.ndarray | None = None  # the events of data.eval_path (None: a split)
+    # several tasks' labels per event (data.columns.labels; then label is None: every event is
+    # an interaction, and a sampled negative is 0 for every task)
+    tasks: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_events(self) -> int:
@@ -143,6 +148,7 @@ class InteractionsReader:
                             f"data.events.min_history ({ev.min_history}) earlier events of its "
                             "user")
         label = np.ones(len(pos), np.float32) if log.label is None else log.label[pos]
+        tasks = {t: v[pos] for t, v in log.tasks.items()}
         event, item, neg = pos, log.item[pos], np.zeros(len(pos), np.int64)
         self.undrawn = 0
         if data.negatives is not None:
@@ -157,8 +163,11 @@ class InteractionsReader:
             event = np.concatenate([pos, n.event])
             item = np.concatenate([item, n.item])
             label = np.concatenate([label, np.zeros(len(n.event), np.float32)])
+            tasks = {t: np.concatenate([v, np.zeros(len(n.event), v.dtype)])
+                     for t, v in tasks.items()}
             order = np.lexsort((neg, ix.time_rank[event]))  # each positive, then its negatives
             event, item, label, neg = event[order], item[order], label[order], neg[order]
+            tasks = {t: v[order] for t, v in tasks.items()}
         feature_of_item = _item_features(log)
         feats = {f: np.where(neg == 1, feature_of_item(f, item), log.features[f][event])
                  for f in log.features}
@@ -170,6 +179,7 @@ class InteractionsReader:
                              * self.batch_size, data.shuffle.seed)
         self._event, self._item, self._label = event[order], item[order], label[order]
         self._feats = {f: v[order] for f, v in feats.items()}
+        self._tasks = {t: np.ascontiguousarray(v[order], np.float32) for t, v in tasks.items()}
         self.features = list(log.features)
         named = names or {}
         self.target_keys = [named.get(k, k) for k in ("user", "item", *self.features)]
@@ -226,12 +236,20 @@ class InteractionsReader:
             list(self.keys), torch.from_numpy(np.concatenate(values).astype(np.int64)),
             torch.from_numpy(np.concatenate(lens)), torch.zeros((n, 0), dtype=torch.float32),
             torch.from_numpy(np.ascontiguousarray(label, dtype=np.float32)),
-            bad_records=self.bad_records if task.index == 0 else 0, index=task.index)
+            bad_records=self.bad_records if task.index == 0 else 0, index=task.index,
+            task_labels={t: torch.from_numpy(v[task.positions]) for t, v in self._tasks.items()}
+            or None)
+
+    def task_labels(self) -> dict[str, np.ndarray]:
+        """Every sample's label of each task (data.columns.labels; empty without tasks)."""
+        return dict(self._tasks)
 
     def describe(self) -> str:
         """The start-up line: samples, positives, and negatives left undrawn."""
         pos = int((self._label > 0.5).sum())
-        line = (f"interactions ({self.split}): {self.num_samples:,} samples, {pos:,} positive, "
+        said = (", ".join(f"{t} {float(v.mean()) if len(v) else 0.0:.1%} positive"
+                          for t, v in self._tasks.items()) if self._tasks else f"{pos:,} positive")
+        line = (f"interactions ({self.split}): {self.num_samples:,} samples, {said}, "
                 f"from {self.log.num_events:,} events")
         if self.undrawn:
             line += f"; {self.undrawn:,} negatives undrawn (users who saw almost every item)"

@@ -76,5 +76,6 @@ def make_reader(cfg: DataConfig, split: Split = "train") -> Reader:
         from cosparse.data.events import TaobaoEventsReader
 
         return TaobaoEventsReader(cfg.path, cfg.batch_size, split, cfg.eval_fraction,
-                                  cfg.on_bad_record, cfg.events, cfg.shuffle)
+                                  cfg.on_bad_record, cfg.events, cfg.shuffle,
+                                  cfg.columns.labels if cfg.columns else None)
     raise ValueError(f"data.reader: unknown reader {cfg.reader!r}")

@@ -22,7 +22,10 @@ import pyarrow.compute as pc
 
 from cosparse.config import ConfigError
 from cosparse.config.data import SplitConfig
+from cosparse.config.labels import LabelConfig
+from cosparse.data.errors import DataError
 from cosparse.features import kernels as K
+from cosparse.features.label_map import column_labels
 from cosparse.features.sources import RawSource
 from cosparse.features.transforms.time import seconds
 from cosparse.features.types import FLOAT, INT, STRING_KINDS, Column
@@ -150,12 +153,16 @@ def concat(cols: list[Column]) -> Column:
     return Column(first.kind, np.concatenate([c.values for c in cols]), present, None, offsets)
 
 
-def split_mask(source: RawSource, s: SplitConfig, default_fraction: float
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(row numbers, eval mask, labels, bad records) over every row of ``source`` that reads
-    (one pass over the label and the columns the split needs; a bad record there fails the
-    run now, or with ``on_bad_record: skip`` is on neither side)."""
-    names = needed_columns(s)
+def split_mask(source: RawSource, s: SplitConfig, default_fraction: float,
+               tasks: dict[str, LabelConfig] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, dict[str, np.ndarray]]:
+    """(row numbers, eval mask, labels, bad records, each task's 0/1 labels) over every row of
+    ``source`` that reads (one pass over the label and the columns the split needs; a bad
+    record there fails the run now, or with ``on_bad_record: skip`` is on neither side).
+    ``tasks``: several tasks' labels, read as 0/1 for their class checks (NaN where a value
+    maps to neither: a regression's, or a bad record the reader reports)."""
+    tasks = tasks or {}
+    names = list(dict.fromkeys([*needed_columns(s), *(r.column for r in tasks.values())]))
     have = source.names  # type: ignore[attr-defined]
     for role in ("column", "key"):
         c = getattr(s, role)
@@ -164,6 +171,7 @@ def split_mask(source: RawSource, s: SplitConfig, default_fraction: float
                               f"{', '.join(have)})")
     parts: dict[str, list[Column]] = {c: [] for c in names}
     labels, rows, bad = [], [], 0
+    marks: dict[str, list[np.ndarray]] = {t: [] for t in tasks}
     for task in source.tasks():
         raw, row_of = source.build_rows(task, names)  # type: ignore[attr-defined]
         for c in names:
@@ -171,7 +179,19 @@ def split_mask(source: RawSource, s: SplitConfig, default_fraction: float
         labels.append(raw.labels)
         rows.append(row_of)
         bad += raw.bad_records
+        for t, rule in tasks.items():
+            marks[t].append(_zero_one(raw.columns[rule.column], rule))
     y = np.concatenate(labels) if labels else np.zeros(0, np.float32)
     cols = {c: concat(p) for c, p in parts.items() if p}
     return np.concatenate(rows) if rows else np.zeros(0, np.int64), \
-        eval_mask(cols, len(y), s, default_fraction), y, bad
+        eval_mask(cols, len(y), s, default_fraction), y, bad, \
+        {t: np.concatenate(v) if v else np.zeros(0, np.float32) for t, v in marks.items()}
+
+
+def _zero_one(col: Column, rule: LabelConfig) -> np.ndarray:
+    """A task's labels as 0/1 float32, NaN where a value maps to neither."""
+    try:
+        y, bad = column_labels(col, rule)
+    except DataError:  # (text a 0/1 label cannot read: the reader reports it)
+        return np.full(col.num_rows, np.nan, np.float32)
+    return np.where(bad, np.float32(np.nan), y)

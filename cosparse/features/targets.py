@@ -34,9 +34,10 @@ class Targets:
     def columns(self) -> list[str]:
         return [r.column for r in self.labels.values()] + ([self.weight] if self.weight else [])
 
-    def read(self, raw: RawBatch
-             ) -> tuple[RawBatch, dict[str, np.ndarray], np.ndarray | None]:
-        """(``raw`` less its bad rows, each task's labels float32, the weights or None)."""
+    def values(self, raw: RawBatch
+               ) -> tuple[dict[str, np.ndarray], np.ndarray | None, np.ndarray]:
+        """(each task's labels float32, the weights or None, the rows whose targets are bad) of
+        every row of ``raw``; with ``on_bad_record: fail`` a bad row is a DataError."""
         out: dict[str, np.ndarray] = {}
         bad_any = np.zeros(raw.num_rows, np.bool_)
         firsts: list[tuple[str, np.ndarray]] = []
@@ -57,10 +58,7 @@ class Targets:
             weights, bad = _numbers(raw.columns[self.weight], f"{self.weight} (the weight)")
             firsts.append((f"{self.weight} (the weight)", bad))
             bad_any |= bad
-        n_bad = int(bad_any.sum())
-        if not n_bad:
-            return raw, out, weights
-        if self.on_bad_record == "fail":
+        if self.on_bad_record == "fail" and bad_any.any():
             r = int(np.flatnonzero(bad_any)[0])
             what = next(w for w, b in firsts if b[r])
             raise DataError(f"{raw.source}row {r + 1} of batch {raw.index}: column {what} is "
@@ -68,6 +66,15 @@ class Targets:
                             + ("" if "weight" in what else " (a binary label: 0/1 unless "
                                "data.columns.labels maps it)")
                             + "; data.on_bad_record: skip skips such rows")
+        return out, weights, bad_any
+
+    def read(self, raw: RawBatch
+             ) -> tuple[RawBatch, dict[str, np.ndarray], np.ndarray | None]:
+        """(``raw`` less its bad rows, each task's labels float32, the weights or None)."""
+        out, weights, bad_any = self.values(raw)
+        n_bad = int(bad_any.sum())
+        if not n_bad:
+            return raw, out, weights
         keep = ~bad_any
         raw = RawBatch({c: v.filter(keep) for c, v in raw.columns.items()}, raw.labels[keep],
                        raw.index, raw.bad_records + n_bad, raw.source)

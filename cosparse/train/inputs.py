@@ -25,6 +25,7 @@ from cosparse.config.model import validate_model
 from cosparse.data.reader import Reader
 from cosparse.data.split import Split
 from cosparse.train.eval_file import eval_file_line, file_readers
+from cosparse.train.task_classes import task_class_notes
 
 if TYPE_CHECKING:  # the feature platform is imported only by runs that use it
     from cosparse.features import FeatureSet, RawSource
@@ -84,8 +85,9 @@ def _table_source(data: DataConfig, split: Split, batch_size: int, rows: Any = N
                             label, exclude=cols.drop, rows=rows, shuffle=shuffle)
 
 
-# one pass per process over the columns a split needs: (row numbers, eval mask, the line)
-_SPLITS: dict[str, tuple[Any, Any, str]] = {}
+# one pass per process over the columns a split needs: (row numbers, eval mask, the line,
+# each task's 0/1 labels on the eval side)
+_SPLITS: dict[str, tuple[Any, Any, str, dict[str, Any]]] = {}
 
 
 def split_rows(data: DataConfig, split: Split) -> tuple[Any, str]:
@@ -93,23 +95,35 @@ def split_rows(data: DataConfig, split: Split) -> tuple[Any, str]:
     ``data.split`` (default: the last ``data.eval_fraction`` by position)."""
     from cosparse.features import row_split
 
-    s = data.split or SplitConfig(eval_fraction=data.eval_fraction)
-    key = repr((data.path, data.reader, data.csv, data.schema, data.columns, s,
-                data.on_bad_record))
+    s, key = _split_key(data)
     if key not in _SPLITS:
-        rows, mask, labels, bad = row_split.split_mask(
-            _table_source(data, "train", 1 << 16), s, data.eval_fraction)
-        several = bool(data.columns and data.columns.labels)  # (then the tasks' labels are
-        # read with the features: the split's labels are zeros, and their classes unchecked)
+        tasks = data.columns.labels if data.columns else {}
+        rows, mask, labels, bad, marks = row_split.split_mask(
+            _table_source(data, "train", 1 << 16), s, data.eval_fraction, tasks)
+        several = bool(tasks)  # (then the split's labels are zeros: each task's are checked
+        # by the objective's kinds, task_classes)
         row_split.check_sides(labels, mask, s, data.allow_one_class_eval or several)
         line = row_split.summary(None if several else labels, mask, s)
         if bad:
             line += f"; {bad:,} bad records on neither side (on_bad_record: skip)"
         if not several and mask.any() and labels[mask].min() == labels[mask].max():
             line += "; warning: the eval side has one label only (AUC undefined)"
-        _SPLITS[key] = (rows, mask, line)
-    rows, mask, line = _SPLITS[key]
+        _SPLITS[key] = (rows, mask, line, {t: v[mask] for t, v in marks.items()})
+    rows, mask, line, _ = _SPLITS[key]
     return (rows[mask] if split == "eval" else rows[~mask]), line
+
+
+def split_task_labels(data: DataConfig) -> dict[str, Any]:
+    """Each task's 0/1 labels on the eval side of the split ``split_rows`` made (NaN where a
+    value maps to neither)."""
+    key = _split_key(data)[1]
+    return _SPLITS[key][3] if key in _SPLITS else {}
+
+
+def _split_key(data: DataConfig) -> tuple[SplitConfig, str]:
+    s = data.split or SplitConfig(eval_fraction=data.eval_fraction)
+    return s, repr((data.path, data.reader, data.csv, data.schema, data.columns, s,
+                    data.on_bad_record))
 
 
 def raw_source(data: DataConfig, split: Split) -> RawSource:
@@ -200,15 +214,15 @@ def column_inputs(cfg: Config) -> ModelInputs:
     from cosparse.features.column_map import ColumnMapReader
 
     cols = cfg.data.columns or ColumnsConfig()
-    regression = {n for n, t in (cfg.objective.tasks.items() if cfg.objective else ())
-                  if t.kind == "regression"}
+    regression = _regression_tasks(cfg)
     bad = cfg.data.on_bad_record
     train = ColumnMapReader(raw_source(cfg.data, "train"), cols, regression, bad)
     cfg = _auto_features(cfg, train)
     eval_source = raw_source(cfg.data, "eval")
     line = (eval_file_line(cfg.data, train.source, eval_source) if cfg.data.eval_path
             else split_rows(cfg.data, "train")[1])  # (the eval file checked before it is read)
-    return ModelInputs(cfg, train, ColumnMapReader(eval_source, cols, regression, bad), [line])
+    notes = [line, *task_class_notes(cfg, split_task_labels(cfg.data))]
+    return ModelInputs(cfg, train, ColumnMapReader(eval_source, cols, regression, bad), notes)
 
 
 def _auto_features(cfg: Config, train: Reader) -> Config:
@@ -267,8 +281,16 @@ def interaction_inputs(cfg: Config) -> ModelInputs:
                           "item, item features and their histories); drop the spec")
     from cosparse.features.interaction_log import interactions_reader
 
-    train, eval_ = interactions_reader(cfg.data, "train"), interactions_reader(cfg.data, "eval")
-    return ModelInputs(cfg, train, eval_, [train.describe(), eval_.describe()])
+    regression = frozenset(_regression_tasks(cfg))
+    train = interactions_reader(cfg.data, "train", regression)
+    eval_ = interactions_reader(cfg.data, "eval", regression)
+    return ModelInputs(cfg, train, eval_, [train.describe(), eval_.describe(),
+                                           *task_class_notes(cfg, eval_.task_labels())])
+
+
+def _regression_tasks(cfg: Config) -> set[str]:
+    return {n for n, t in (cfg.objective.tasks.items() if cfg.objective else ())
+            if t.kind == "regression"}
 
 
 def model_inputs(cfg: Config) -> ModelInputs:
@@ -281,9 +303,12 @@ def model_inputs(cfg: Config) -> ModelInputs:
         if cfg.features.materialized:
             raise ConfigError("features.materialized: reading materialized features needs "
                               "features.spec (the versions it must match)")
-        if cfg.data.reader in ("csv", "libsvm") or cfg.data.columns is not None:
+        if cfg.data.reader in ("csv", "libsvm") or (cfg.data.columns is not None
+                                                    and cfg.data.reader != "taobao_events"):
             return column_inputs(cfg)
-        return ModelInputs(cfg, *file_readers(cfg.data))
+        train, eval_ = file_readers(cfg.data)
+        tasks = getattr(eval_, "task_labels", dict)()  # (taobao_events: data.columns.labels)
+        return ModelInputs(cfg, train, eval_, task_class_notes(cfg, tasks))
     registry = load_registry(cfg)
     cfg, sparse, dense = consumer_features(cfg, registry)
     notes = ([split_rows(cfg.data, "train")[1]]
