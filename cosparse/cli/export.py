@@ -22,12 +22,18 @@ def add_export_parser(sub: Any) -> None:
                    help="an external PS shard's --data-dir, once per shard in shard order "
                         "(default: the embedded shards' store.remote.data_dir)")
     e.add_argument("--shard-rows", type=int, default=1_000_000, help="rows per file")
+    e.add_argument("--model-path", action="append", default=[], metavar="DIR",
+                   help="a folder where model.factory's module is found, to export the model's "
+                        "torch.export program (repeatable; without it the model is served from "
+                        "its state_dict, and the manifest says why)")
     e.set_defaults(func=_export)
 
 
 def _export(args: argparse.Namespace) -> int:
+    from cosparse.api.factory import add_model_paths
     from cosparse.serving.export import export
 
+    add_model_paths(args.model_path)
     m = export(args.checkpoint, args.out, args.since, args.fp16, args.file_format,
                args.ps_root, args.shard_rows)
     print(json.dumps({"out": args.out, "kind": m["kind"], "step_range": m["step_range"],
