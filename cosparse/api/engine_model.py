@@ -18,6 +18,7 @@ from cosparse.api.batch import Batch
 from cosparse.api.embedding_bags import EmbeddingBagCollection
 from cosparse.batch import SparseBatch
 from cosparse.config import ConfigError
+from cosparse.nn.dropout import step_dropout
 from cosparse.nn.types import PreparedBatch
 
 
@@ -42,13 +43,14 @@ class EngineModel(nn.Module):
     """``model`` (the user's) as the internal trainer drives it."""
 
     def __init__(self, model: nn.Module, collection_path: str,
-                 tasks: list[str] | None = None) -> None:
+                 tasks: list[str] | None = None, seed: int = 0) -> None:
         """``tasks``: the objective's tasks, whose outputs ``forward`` returns by name (None:
-        the one task's logits)."""
+        the one task's logits); ``seed``: the run's ``train.seed``, which seeds the masks of
+        the model's tower dropout (``cosparse.nn.dropout``) when it has any."""
         super().__init__()
         self.model = model
         self.tasks = tasks
-        self.dropout = None  # (the built-in models' seeded tower dropout: none here)
+        self.dropout = step_dropout(model, seed)  # (re-seeded by the trainer every step)
         self._path = collection_path
 
     @property

@@ -74,7 +74,8 @@ class Trainer:
                 collection.place(EmbeddingCollection(cfg.tables, pick_device(cfg.train.device)))
             tasks = None if objective_of(cfg.objective).default else list(cfg.objective.tasks)
             self._engine = EngineTrainer(cfg, log=log, inputs=inputs, on_interval=on_interval,
-                                         model=EngineModel(model, path, tasks))
+                                         model=EngineModel(model, path, tasks,
+                                                           cfg.train.seed))
         except BaseException:
             collection.place(None)  # (what the failed set-up placed it on is stopped)
             raise

@@ -11,7 +11,7 @@ from cosparse.batch import SparseBatch
 from cosparse.config import Config, ConfigError
 from cosparse.nn.dropout import TowerDropout
 from cosparse.nn.embedding import EmbeddingCollection
-from cosparse.nn.towers import mlp
+from cosparse.nn.heads import CrossHead, DotHead, FMHead
 from cosparse.nn.types import PreparedBatch
 
 if TYPE_CHECKING:
@@ -40,96 +40,33 @@ class RecModel(nn.Module):
         raise NotImplementedError
 
 
-class _Constant(nn.Module):
-    """A learned vector for every sample, whatever its (empty) dense input."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.value = nn.Parameter(torch.zeros(width))
-
-    def forward(self, dense: torch.Tensor) -> torch.Tensor:
-        return self.value.expand(dense.shape[0], -1)
-
-
-class DLRM(RecModel):
-    """Bottom MLP on dense features, pairwise dot interaction, top MLP."""
+class DLRM(DotHead, RecModel):
+    """Bottom MLP on dense features, pairwise dot interaction, top MLP (``DotHead``)."""
 
     def __init__(self, ec: EmbeddingCollection, num_dense: int, bottom: list[int], top: list[int],
                  dropout: TowerDropout | None = None):
         super().__init__(ec, num_dense, dropout)
-        # no dense features: the bottom "MLP" is a learned vector (an MLP of no inputs is its
-        # last bias, through the activation)
-        self.bottom = (mlp([num_dense, *bottom], last_activation=True, dropout=dropout)
-                       if num_dense else _Constant(bottom[-1]))
-        n = len(self.features) + 1
-        self.register_buffer("_tri", torch.triu_indices(n, n, offset=1), persistent=False)
-        self.top = mlp([bottom[-1] + n * (n - 1) // 2, *top], last_activation=False,
-                       dropout=dropout)
-
-    def interact(self, dense, embs):
-        x = self.bottom(dense)
-        t = torch.stack([x, *embs], dim=1)  # [B, F+1, D]
-        z = torch.bmm(t, t.transpose(1, 2))
-        pairs = z[:, self._tri[0], self._tri[1]]
-        return self.top(torch.cat([x, pairs], dim=1))
+        self.build_head(num_dense, len(self.features), bottom, top, dropout)
 
 
-class DeepFM(RecModel):
-    """FM second-order term + first-order terms + a deep tower over the embeddings and dense."""
+class DeepFM(FMHead, RecModel):
+    """FM second-order term + first-order terms + a deep tower over the embeddings and dense
+    (``FMHead``)."""
 
     def __init__(self, ec: EmbeddingCollection, num_dense: int, deep: list[int],
                  dropout: TowerDropout | None = None):
         super().__init__(ec, num_dense, dropout)
-        dim = ec.dim_of(self.features[0])
-        nf = len(self.features)
-        # no dense features (a feature-platform consumer may have none): no dense first-order term
-        self.first_order_dense = nn.Linear(num_dense, 1) if num_dense else None
-        # first-order weight of a sparse feature: a learned projection of its embedding
-        self.first_order_sparse = nn.Parameter(torch.zeros(nf, dim))
-        self.deep = mlp([num_dense + nf * dim, *deep, 1], last_activation=False, dropout=dropout)
-
-    def interact(self, dense, embs):
-        e = torch.stack(embs, dim=1)  # [B, F, D]
-        square_of_sum = e.sum(dim=1).pow(2)
-        sum_of_square = e.pow(2).sum(dim=1)
-        fm = 0.5 * (square_of_sum - sum_of_square).sum(dim=1, keepdim=True)
-        first = (e * self.first_order_sparse).sum(dim=(1, 2))[:, None]
-        if self.first_order_dense is not None:
-            first = self.first_order_dense(dense) + first
-        deep = self.deep(torch.cat([dense, e.flatten(1)], dim=1))
-        return fm + first + deep
+        self.build_head(num_dense, len(self.features), ec.dim_of(self.features[0]), deep, dropout)
 
 
-class CrossLayer(nn.Module):
-    """DCN-v2 cross: x0 * (W x + b) + x, with W full or low-rank (U V^T)."""
-
-    def __init__(self, d: int, rank: int | None) -> None:
-        super().__init__()
-        if rank is None:
-            self.w = nn.Linear(d, d)
-        else:
-            self.w = nn.Sequential(nn.Linear(d, rank, bias=False), nn.Linear(rank, d))
-
-    def forward(self, x0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return x0 * self.w(x) + x
-
-
-class DCNv2(RecModel):
-    """Cross network (stacked) followed by a deep tower, over [dense, embeddings]."""
+class DCNv2(CrossHead, RecModel):
+    """Cross network (stacked) followed by a deep tower, over [dense, embeddings] (``CrossHead``)."""
 
     def __init__(self, ec, num_dense, cross_layers: int, rank: int | None, deep: list[int],
                  dropout: TowerDropout | None = None):
         super().__init__(ec, num_dense, dropout)
-        d = num_dense + sum(ec.dim_of(f) for f in self.features)
-        self.cross = nn.ModuleList(CrossLayer(d, rank) for _ in range(cross_layers))
-        self.deep = mlp([d, *deep, 1], last_activation=False, dropout=dropout)
-
-    def interact(self, dense, embs):
-        x0 = torch.cat([dense, *embs], dim=1)
-        x = x0
-        for layer in self.cross:
-            x = layer(x0, x)
-        return self.deep(x)
+        width = num_dense + sum(ec.dim_of(f) for f in self.features)
+        self.build_head(width, cross_layers, rank, deep, dropout)
 
 
 def build_model(cfg: Config, num_dense: int, device: torch.device) -> RecModel | DIN:
