@@ -281,3 +281,20 @@ def test_cosparse_check_builds_a_factory_model_for_each_placement(tmp_path: Path
     out = capsys.readouterr().out
     assert code == 0, out
     assert "bit-identical on every placement" in out and "tiered" in out and "resume" in out
+
+
+@pytest.mark.parametrize("kind", ["dlrm", "deepfm", "dcn", "din"])
+def test_model_kind_is_shorthand_for_the_zoo_factory(tmp_path: Path, kind: str) -> None:
+    """``model.kind: <kind>`` builds ``cosparse.models.<kind>:build``'s model (the model
+    section's keys its args: the test above trains both the same) behind the ``EngineModel`` a
+    model of the user's own trains behind: the trainer has one model path."""
+    from cosparse.models.builtin import build_model
+    from cosparse.nn.engine_model import EngineModel
+
+    raw = din_config(tmp_path) if kind == "din" else config(tmp_path)
+    raw["model"] = {"kind": kind, **ZOO[kind][0]}
+    cfg = cosparse.config.config_from_mapping(raw)
+    model = build_model(cfg, 0 if kind == "din" else 3, torch.device("cpu"))
+    assert isinstance(model, EngineModel) and model.ec is not None
+    assert type(model.model).__module__ == f"cosparse.models.{kind}"
+    assert (model.dropout is not None) == bool(cfg.model.dropout)

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from cosparse.api.config import config_for_model, load_config
-from cosparse.api.engine_model import find_collection
 from cosparse.api.trainer import Trainer
 from cosparse.config import Config, ConfigError
+from cosparse.nn.engine_model import find_collection
 from cosparse.train.exactness import Distance, Outcome, distance, sorted_rows
 from cosparse.train.placements import CHECKED, placement_configs
 

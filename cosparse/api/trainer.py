@@ -19,8 +19,6 @@ from typing import Any
 from torch import nn
 
 from cosparse.api.config import config_for_model, load_config
-from cosparse.api.embedding_bags import EmbeddingBagCollection
-from cosparse.api.engine_model import EngineModel, find_collection
 from cosparse.api.lazy import lazy_names, materialise
 from cosparse.api.objective import Objective, with_objective
 from cosparse.batch import SparseBatch
@@ -28,6 +26,8 @@ from cosparse.config import Config
 from cosparse.config.objective import objective_of
 from cosparse.data.reader import NOT_YET, Reader
 from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.embedding_bags import EmbeddingBagCollection
+from cosparse.nn.engine_model import EngineModel, find_collection
 from cosparse.train.dense import pick_device
 from cosparse.train.inputs import ModelInputs, check_table_features, model_inputs
 from cosparse.train.trainer import Trainer as EngineTrainer

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import torch
 
-from cosparse.api.batch import Batch
-from cosparse.api.embedding_bags import EmbeddingBagCollection
 from cosparse.config import ConfigError, DINConfig, TableConfig
 from cosparse.models.pooled import layer_sizes, tower_dropout
 from cosparse.nn.din import DINHead
+from cosparse.nn.embedding_bags import EmbeddingBagCollection
+from cosparse.nn.model_batch import Batch
 
 
 class DIN(DINHead):

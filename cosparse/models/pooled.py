@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from cosparse.api.batch import Batch
-from cosparse.api.embedding_bags import EmbeddingBagCollection
 from cosparse.config import ConfigError, TableConfig
 from cosparse.nn.dropout import TowerDropout
+from cosparse.nn.embedding_bags import EmbeddingBagCollection
+from cosparse.nn.model_batch import Batch
 
 
 class PooledModel(nn.Module):

@@ -20,12 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cosparse.batch import SparseBatch
 from cosparse.config import ConfigError, DINConfig, TableConfig
 from cosparse.nn.dropout import TowerDropout
-from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.towers import mlp
-from cosparse.nn.types import Jagged, PreparedBatch
+from cosparse.nn.types import Jagged
 
 
 def segment_sum(
@@ -137,21 +135,3 @@ class DINHead(nn.Module):
         attended = self.attention(q, keys, first.lengths, first.offsets)
         x = torch.cat([dense, *[pool(emb[f]) for f in self.others], q, attended], dim=1)
         return self.mlp(x).squeeze(-1)
-
-
-class DIN(DINHead):
-    """DIN over an EmbeddingCollection: one logit per sample."""
-
-    def __init__(self, ec: EmbeddingCollection, num_dense: int, cfg: DINConfig,
-                 dropout: TowerDropout | None = None) -> None:
-        super().__init__()
-        self.ec = ec
-        self.num_dense = num_dense
-        self.features = ec.features
-        self.dropout = dropout  # the output MLP's, re-seeded by the trainer every step
-        self.build_head(list(ec.configs.values()), num_dense, cfg, dropout)
-
-    def forward(self, batch: SparseBatch | PreparedBatch) -> torch.Tensor:
-        raw = batch.batch if isinstance(batch, PreparedBatch) else batch
-        emb = self.ec(batch)
-        return self.din_logits(emb, raw.dense.to(self.ec.device, non_blocking=True))

@@ -2,10 +2,9 @@
 build a model's dense layers (``build_head``) and map its dense inputs and its features' pooled
 embeddings to one logit (``interact``).
 
-The built-in models (``cosparse.nn.models``) and the same models on the public API
-(``cosparse.models``) build their layers through one mixin, so they build the same layers in the
-same order from the same seed and run the same operations in the same order: they train the same
-numbers bit for bit.
+The zoo on the public API (``cosparse.models``, which ``model.kind`` names too) builds its
+models' layers through them; the layers, their order and the operations are those of the
+built-in models before the zoo moved there, so checkpoints and numbers carry over bit for bit.
 """
 
 from __future__ import annotations

@@ -93,16 +93,17 @@ def export_program(config: dict[str, Any], state: dict[str, Any], out: Path) -> 
     """Write the ``torch.export`` program of a built-in pooled model into ``out/dense/``; the
     entry's ``program`` and ``inputs``. The batch dimension is dynamic."""
     from cosparse.config import config_from_mapping
-    from cosparse.nn.models import build_model
+    from cosparse.models.builtin import build_model
     from cosparse.train.inputs import model_inputs
 
     cfg = config_from_mapping(config)
     num_dense = model_inputs(cfg).train.num_dense
-    model = build_model(cfg, num_dense, torch.device("cpu"))
-    model.load_state_dict(state)
-    model.eval()
+    engine = build_model(cfg, num_dense, torch.device("cpu"))
+    engine.load_state_dict(state)
+    engine.eval()
+    model = engine.model  # (the zoo's pooled model: its head's interact is the dense part)
     features = list(model.features)
-    dims = [model.ec.dim_of(f) for f in features]
+    dims = [model.embeddings.dim_of(f) for f in features]
     batch = torch.export.Dim("batch", min=1)
     example = (torch.zeros(2, num_dense), tuple(torch.zeros(2, d) for d in dims))
     program = torch.export.export(PooledDense(model), example,

@@ -129,8 +129,8 @@ def _build_model(cfg: Config, reference: dict[str, Any], num_dense: int
     """The model ``reference`` names on CPU, with its embedding collection (all resident)."""
     cpu = torch.device("cpu")
     if "factory" in reference:
-        from cosparse.api.engine_model import EngineModel, find_collection
         from cosparse.api.factory import build_factory_model
+        from cosparse.nn.engine_model import EngineModel, find_collection
 
         user = build_factory_model(cfg, num_dense)
         path, _ = find_collection(user)
@@ -138,7 +138,7 @@ def _build_model(cfg: Config, reference: dict[str, Any], num_dense: int
         ec = EmbeddingCollection(cfg.tables, device=cpu)
         model.ec = ec
         return model, ec
-    from cosparse.nn.models import build_model
+    from cosparse.models.builtin import build_model
 
     built = build_model(cfg, num_dense, cpu)
     return built, built.ec

@@ -1,5 +1,6 @@
-"""The module the engine trains in place of a built-in model: a user's model behind the
-interface the internal trainer reads (``ec``, ``dropout``, ``forward(prepared) -> logits [B]``).
+"""The module the engine trains: a model on the public API (the user's, or a built-in one of
+``cosparse.models``) behind the interface the internal trainer reads (``ec``, ``dropout``,
+``forward(prepared) -> logits [B]``).
 
 Its ``ec`` is the model's one ``EmbeddingBagCollection``'s engine: setting it (what the trainer
 does whenever it builds or rebuilds the collection) places that collection. Its ``forward``
@@ -14,11 +15,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from cosparse.api.batch import Batch
-from cosparse.api.embedding_bags import EmbeddingBagCollection
 from cosparse.batch import SparseBatch
 from cosparse.config import ConfigError
 from cosparse.nn.dropout import step_dropout
+from cosparse.nn.embedding_bags import EmbeddingBagCollection
+from cosparse.nn.model_batch import Batch
 from cosparse.nn.types import PreparedBatch
 
 
@@ -67,6 +68,14 @@ class EngineModel(nn.Module):
             self.collection.place(value)
             return
         super().__setattr__(name, value)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False
+                        ) -> Any:
+        """As ``nn.Module``'s; a built-in model's state written before the zoo moved onto the
+        public API (its keys without this wrapper's ``model.`` prefix) is mapped on load."""
+        if state_dict and not any(k.startswith("model.") for k in state_dict):
+            state_dict = {f"model.{k}": v for k, v in state_dict.items()}
+        return super().load_state_dict(state_dict, strict, assign)
 
     def dry_forward(self, batch: SparseBatch, device: torch.device) -> Any:
         """The outputs on ``batch`` with zeros for every lookup, before the collection is
