@@ -321,7 +321,7 @@ class DenseBoundContender(Contender):
         last = time.perf_counter()
         for dense, embs, labels in inputs:
             self.opt.zero_grad(set_to_none=True)
-            logits = self.model.interact(dense, embs).squeeze(-1)
+            logits = self.model.model.interact(dense, embs).squeeze(-1)  # (the DLRM's head)
             loss = F.binary_cross_entropy_with_logits(logits, labels)
             loss.backward()
             self.opt.step()

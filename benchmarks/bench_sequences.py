@@ -37,11 +37,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.common import SHARED_DATA, din_model_and_tables, machine_info, write_json
-from cosparse.batch import SparseBatch
 from cosparse.config import TableConfig, config_from_mapping
 from cosparse.data import make_reader
-from cosparse.nn.din import DIN
-from cosparse.nn.types import Jagged
+from cosparse.models.builtin import build_model
+from cosparse.nn.types import Jagged, PreparedBatch
 from cosparse.store.dedup import Deduper
 from cosparse.train.trainer import Trainer
 
@@ -118,7 +117,8 @@ class TorchLookup(nn.Module):
     def dim_of(self, feature: str) -> int:
         return self.configs[self.feature_table[feature]].dim
 
-    def forward(self, batch: SparseBatch) -> dict[str, torch.Tensor | Jagged]:
+    def forward(self, prepared: PreparedBatch) -> dict[str, torch.Tensor | Jagged]:
+        batch = prepared.batch
         out: dict[str, torch.Tensor | Jagged] = {}
         for f in self.features:
             name = self.feature_table[f]
@@ -143,9 +143,10 @@ def run_torch(raw: dict[str, Any], vocab: dict[str, np.ndarray], warm: int, step
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     lookup = TorchLookup(cfg.tables, vocab, device)
-    model = DIN(lookup, 0, cfg.model.din).to(device)  # type: ignore[arg-type]
+    model = build_model(cfg, 0, device)  # DIN, its lookup then swapped for the torch one
+    model.ec = lookup
     sparse_opt = torch.optim.Adagrad(list(lookup.parameters()), lr=0.1)
-    dense_params = [p for n, p in model.named_parameters() if not n.startswith("ec.")]
+    dense_params = [p for n, p in model.named_parameters() if not n.startswith("model.embeddings.")]
     dense_opt = torch.optim.Adam(dense_params, lr=0.005)
     reader = make_reader(cfg.data, "train")
     tasks = reader.tasks()
@@ -155,7 +156,7 @@ def run_torch(raw: dict[str, Any], vocab: dict[str, np.ndarray], warm: int, step
         if i == warm:
             t0 = time.perf_counter()
         b = reader.build(next(tasks))
-        logits = model(b)
+        logits = model(PreparedBatch(b, {}))
         loss = F.binary_cross_entropy_with_logits(logits, b.labels.to(device))
         sparse_opt.zero_grad(set_to_none=True)
         dense_opt.zero_grad(set_to_none=True)

@@ -75,7 +75,7 @@ LINKS = {"host_device": "bytes_host_device", "device_host": "bytes_device_host",
          "backing_device": "bytes_backing_device", "host_backing": "bytes_host_backing"}
 # imported before the engine sources are hashed: others may edit them mid-run, and the plan-only
 # passes must run the same code as the workers (the JSON records every process's hash)
-ENGINE_MODULES = ("cosparse.nn.embedding", "cosparse.nn.models", "cosparse.train.prefetch")
+ENGINE_MODULES = ("cosparse.nn.embedding", "cosparse.models.dlrm", "cosparse.train.prefetch")
 
 
 # ------------------------------------------------------------------------------------- config

@@ -154,12 +154,17 @@ def table_configs(w: Workload) -> list[Any]:
 
 
 def cosparse_dlrm(ec: Any, w: Workload) -> tuple[Any, Any]:
-    """cosparse's DLRM over ``ec`` in train mode, and Adagrad over its parameters."""
+    """cosparse's DLRM (``model.kind: dlrm``) over ``ec`` in train mode, as the trainer drives
+    it, and Adagrad over its parameters."""
     import torch
 
-    from cosparse.nn.models import DLRM
+    from cosparse.models import dlrm
+    from cosparse.nn.engine_model import EngineModel
 
-    model = DLRM(ec, NUM_DENSE, bottom=[*BOTTOM, w.dim], top=list(TOP)).to(ec.device)
+    tables = list(ec.configs.values())
+    model = EngineModel(dlrm.build(tables, NUM_DENSE, bottom=[*BOTTOM, w.dim], top=list(TOP)))
+    model.ec = ec
+    model = model.to(ec.device)
     model.train()
     return model, torch.optim.Adagrad(model.parameters(), lr=w.lr)
 

@@ -27,8 +27,8 @@ from cosparse import (
 _PUBLIC = {
     "Trainer": "cosparse.api.trainer",
     "RunResult": "cosparse.api.trainer",
-    "EmbeddingBagCollection": "cosparse.api.embedding_bags",
-    "Batch": "cosparse.api.batch",
+    "EmbeddingBagCollection": "cosparse.nn.embedding_bags",
+    "Batch": "cosparse.nn.model_batch",
     "Jagged": "cosparse.nn.types",
     "load_config": "cosparse.api.config",
     "check": "cosparse.api.check",

@@ -192,30 +192,82 @@ def test_cli_names_the_factory_it_cannot_import(tmp_path: Path, models_dir: Path
     assert "model.factory: 'nowhere_module_q:build'" in capsys.readouterr().err
 
 
-def test_dlrm_factory_trains_the_built_in_dlrm_bit_for_bit(tmp_path: Path) -> None:
-    """``cosparse.models.dlrm:build`` (on the public API) against ``model.kind: dlrm``, on the
-    demo's layout shrunk: device tiers sized "dense first" from a budget, over a host tier."""
-    raw = config(tmp_path)
-    raw["data"]["synthetic"]["num_features"] = 4
-    raw["tables"][0]["features"] = ["C1", "C2", "C3", "C4"]
-    raw["store"] = {"device": {"budget_bytes": "64KiB", "policy": "hotness"},
-                    "host": {"policy": "lfu"}}
-    raw["train"]["checkpoint"] = {"dir": str(tmp_path / "ckpt"), "every": 0}
-    shape = {"bottom": [8, 4], "top": [8, 1]}
-    built_in = {**raw, "model": {"kind": "dlrm", **shape,
-                                 "dense_optimizer": {"kind": "adagrad", "lr": 0.05}}}
-    factory = {**raw, "model": {"factory": "cosparse.models.dlrm:build", "args": shape,
-                                "dense_optimizer": {"kind": "adagrad", "lr": 0.05}}}
+def built_in_and_factory_losses(tmp_path: Path, *raws: dict) -> list[list[float]]:
+    """The losses of each config of ``raws``, trained as ``cosparse train`` trains it."""
     losses = []
-    for i, one in enumerate((built_in, factory)):
-        one["train"] = {**raw["train"], "metrics_json": str(tmp_path / f"m{i}.jsonl")}
+    for i, one in enumerate(raws):
+        one["train"] = {**one["train"], "metrics_json": str(tmp_path / f"m{i}.jsonl")}
         trainer = make_trainer(cosparse.config.config_from_mapping(one), log=lambda m: None)
         try:
             trainer.run(evaluate=False)
-            assert trainer.cfg.store.tiered and trainer.sizing is not None
+            if "store" in one:
+                assert trainer.cfg.store.tiered and trainer.sizing is not None
             losses.append(list(trainer.losses))
         finally:
             trainer.close()
+    return losses
+
+
+def din_config(tmp_path: Path) -> dict:
+    """A small DIN run over synthetic behaviour sequences (two [target, history] pairs of
+    unpooled tables, a pooled user table, a mean-pooled unpooled one; no dense inputs)."""
+    rwa = {"kind": "rowwise_adagrad", "lr": 0.1}
+    return {
+        "data": {"reader": "synthetic_sequences", "batch_size": 64, "workers": 0,
+                 "events": {"synthetic": {"seq_len": 6, "vocab_size": 800, "num_cates": 20,
+                                          "num_users": 100, "num_batches": STEPS + 2}}},
+        "tables": [
+            {"name": "item", "dim": 4, "features": ["target_item", "hist_item"],
+             "pooling": "none", "optimizer": rwa},
+            {"name": "cate", "dim": 4, "features": ["target_cate", "hist_cate"],
+             "pooling": "none", "optimizer": rwa},
+            {"name": "user", "dim": 4, "features": ["user"], "optimizer": rwa},
+            {"name": "btag", "dim": 2, "features": ["hist_btag"], "pooling": "mean",
+             "optimizer": rwa}],
+        "train": {"steps": STEPS, "log_every": 1, "progress": False, "threads": 1},
+        "supply": {"lookahead": 1},
+    }
+
+
+ZOO = {  # model.kind -> (its built-in model section, the factory's args)
+    "dlrm": ({"bottom": [8, 4], "top": [8, 1]}, {"bottom": [8, 4], "top": [8, 1]}),
+    "dlrm-dropout": ({"bottom": [8, 4], "top": [8, 1], "dropout": 0.3},
+                     {"bottom": [8, 4], "top": [8, 1], "dropout": 0.3}),
+    "deepfm": ({"deep": [8, 4], "dropout": 0.3}, {"deep": [8, 4], "dropout": 0.3}),
+    "dcn": ({"cross_layers": 2, "cross_rank": 3, "deep": [8]},
+            {"cross_layers": 2, "cross_rank": 3, "deep": [8]}),
+    "din": ({"din": {"pairs": [["target_item", "hist_item"], ["target_cate", "hist_cate"]],
+                     "attention": [8, 4], "mlp": [8], "normalize": "softmax"}, "dropout": 0.3},
+            {"pairs": [["target_item", "hist_item"], ["target_cate", "hist_cate"]],
+             "attention": [8, 4], "mlp": [8], "normalize": "softmax", "dropout": 0.3}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ZOO))
+def test_the_zoo_factories_train_the_built_in_models_bit_for_bit(tmp_path: Path,
+                                                                 case: str) -> None:
+    """``cosparse.models.<kind>:build`` (on the public API) against ``model.kind: <kind>`` on
+    the same config: DLRM, DeepFM and DIN with tower dropout (whose masks the trainer seeds on
+    the public path too), DCN-v2 low-rank, DIN over unpooled history tables
+    (``cosparse.Jagged`` lookups); the pooled models on the demo's layout shrunk: device tiers
+    sized "dense first" from a budget, over a host tier."""
+    kind = case.split("-")[0]
+    if kind == "din":
+        raw = din_config(tmp_path)
+    else:
+        raw = config(tmp_path)
+        raw["data"]["synthetic"]["num_features"] = 4
+        raw["tables"][0]["features"] = ["C1", "C2", "C3", "C4"]
+        raw["store"] = {"device": {"budget_bytes": "64KiB", "policy": "hotness"},
+                        "host": {"policy": "lfu"}}
+        raw["train"]["checkpoint"] = {"dir": str(tmp_path / "ckpt"), "every": 0}
+    raw["train"]["seed"] = 11  # (the dropout masks' seed: the run's, on both paths)
+    section, args = ZOO[case]
+    optimizer = {"dense_optimizer": {"kind": "adagrad", "lr": 0.05}}
+    built_in = {**raw, "model": {"kind": kind, **section, **optimizer}}
+    factory = {**raw, "model": {"factory": f"cosparse.models.{kind}:build", "args": args,
+                                **optimizer}}
+    losses = built_in_and_factory_losses(tmp_path, built_in, factory)
     assert len(losses[0]) == STEPS and losses[0] == losses[1]
 
 
@@ -229,3 +281,20 @@ def test_cosparse_check_builds_a_factory_model_for_each_placement(tmp_path: Path
     out = capsys.readouterr().out
     assert code == 0, out
     assert "bit-identical on every placement" in out and "tiered" in out and "resume" in out
+
+
+@pytest.mark.parametrize("kind", ["dlrm", "deepfm", "dcn", "din"])
+def test_model_kind_is_shorthand_for_the_zoo_factory(tmp_path: Path, kind: str) -> None:
+    """``model.kind: <kind>`` builds ``cosparse.models.<kind>:build``'s model (the model
+    section's keys its args: the test above trains both the same) behind the ``EngineModel`` a
+    model of the user's own trains behind: the trainer has one model path."""
+    from cosparse.models.builtin import build_model
+    from cosparse.nn.engine_model import EngineModel
+
+    raw = din_config(tmp_path) if kind == "din" else config(tmp_path)
+    raw["model"] = {"kind": kind, **ZOO[kind][0]}
+    cfg = cosparse.config.config_from_mapping(raw)
+    model = build_model(cfg, 0 if kind == "din" else 3, torch.device("cpu"))
+    assert isinstance(model, EngineModel) and model.ec is not None
+    assert type(model.model).__module__ == f"cosparse.models.{kind}"
+    assert (model.dropout is not None) == bool(cfg.model.dropout)

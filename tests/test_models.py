@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from cosparse.config import Config, DataConfig, ModelConfig, SyntheticConfig, TableConfig, validate
 from cosparse.data.reader import make_reader
-from cosparse.nn.models import build_model
+from cosparse.models.builtin import build_model
 
 
 def _cfg(kind: str) -> Config:

@@ -19,8 +19,8 @@ from cosparse.config import (
     validate,
 )
 from cosparse.data.reader import make_reader
+from cosparse.models.builtin import build_model
 from cosparse.nn.dropout import SeededDropout, TowerDropout
-from cosparse.nn.models import build_model
 from cosparse.train.dense import make_dense_optimizer
 
 FEATS = [f"C{i}" for i in range(1, 5)]

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from cosparse.api.collections import Collections
 from cosparse.api.config import config_for_model, load_config
 from cosparse.api.trainer import Trainer
 from cosparse.config import Config, ConfigError
+from cosparse.nn.collections import Collections
 from cosparse.train.exactness import Distance, Outcome, distance, sorted_rows
 from cosparse.train.placements import CHECKED, placement_configs
 

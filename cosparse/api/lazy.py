@@ -13,9 +13,9 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from cosparse.api.batch import Batch
-from cosparse.api.collections import Collections
 from cosparse.batch import SparseBatch
+from cosparse.nn.collections import Collections
+from cosparse.nn.model_batch import Batch
 from cosparse.nn.types import PreparedBatch
 
 

@@ -18,16 +18,16 @@ from typing import Any
 
 from torch import nn
 
-from cosparse.api.collections import Collections
 from cosparse.api.config import config_for_model, load_config
-from cosparse.api.engine_model import EngineModel
 from cosparse.api.lazy import lazy_names, materialise
 from cosparse.api.objective import Objective, with_objective
 from cosparse.batch import SparseBatch
 from cosparse.config import Config
 from cosparse.config.objective import objective_of
 from cosparse.data.reader import NOT_YET, Reader
+from cosparse.nn.collections import Collections
 from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.engine_model import EngineModel
 from cosparse.train.dense import pick_device
 from cosparse.train.inputs import ModelInputs, check_table_features, model_inputs
 from cosparse.train.trainer import Trainer as EngineTrainer
@@ -74,7 +74,7 @@ class Trainer:
                 collections.place(EmbeddingCollection(cfg.tables, pick_device(cfg.train.device)))
             tasks = None if objective_of(cfg.objective).default else list(cfg.objective.tasks)
             self._engine = EngineTrainer(cfg, log=log, inputs=inputs, on_interval=on_interval,
-                                         model=EngineModel(model, tasks))
+                                         model=EngineModel(model, tasks, cfg.train.seed))
         except BaseException:
             collections.place(None)  # (what the failed set-up placed it on is stopped)
             raise

@@ -20,12 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cosparse.batch import SparseBatch
-from cosparse.config import ConfigError, DINConfig
+from cosparse.config import ConfigError, DINConfig, TableConfig
 from cosparse.nn.dropout import TowerDropout
-from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.towers import mlp
-from cosparse.nn.types import Jagged, PreparedBatch
+from cosparse.nn.types import Jagged
 
 
 def segment_sum(
@@ -88,42 +86,42 @@ class TargetAttention(nn.Module):
         return segment_sum(keys, offsets, scores)
 
 
-class DIN(nn.Module):
-    """DIN over an EmbeddingCollection: one logit per sample."""
+class DINHead(nn.Module):
+    """DIN's dense layers over the tables that serve its features (``build_head``) and its
+    logits from their lookups and the dense inputs (``din_logits``): shared by the built-in
+    ``DIN`` and ``cosparse.models.din`` on the public API."""
 
-    def __init__(self, ec: EmbeddingCollection, num_dense: int, cfg: DINConfig,
-                 dropout: TowerDropout | None = None) -> None:
-        super().__init__()
-        self.ec = ec
-        self.num_dense = num_dense
-        self.features = ec.features
-        self.dropout = dropout  # the output MLP's, re-seeded by the trainer every step
+    def build_head(self, tables: list[TableConfig], num_dense: int, cfg: DINConfig,
+                   dropout: TowerDropout | None, key: str = "model.din") -> None:
+        """The layers over ``tables``; ``key``: where the config gives ``cfg`` (errors name
+        ``<key>.pairs``)."""
+        table_of = {f: t for t in tables for f in t.features}
         if not cfg.pairs:
-            raise ConfigError("model.din.pairs: DIN needs at least one [target, history] pair")
+            raise ConfigError(f"{key}.pairs: DIN needs at least one [target, history] pair")
         for j, pair in enumerate(cfg.pairs):
             if len(pair) != 2:
-                raise ConfigError(f"model.din.pairs[{j}]: expected [target, history], got {pair}")
+                raise ConfigError(f"{key}.pairs[{j}]: expected [target, history], got {pair}")
             for f in pair:
-                if f not in ec.feature_table:
-                    raise ConfigError(f"model.din.pairs[{j}]: feature '{f}' is not served by any "
-                                      f"table (tables serve {', '.join(ec.features)})")
-            if ec.configs[ec.feature_table[pair[1]]].pooling != "none":
-                raise ConfigError(f"model.din.pairs[{j}]: history '{pair[1]}' needs an unpooled "
+                if f not in table_of:
+                    raise ConfigError(f"{key}.pairs[{j}]: feature '{f}' is not served by any "
+                                      f"table (tables serve {', '.join(table_of)})")
+            if table_of[pair[1]].pooling != "none":
+                raise ConfigError(f"{key}.pairs[{j}]: history '{pair[1]}' needs an unpooled "
                                   "table (pooling: none)")
-            if ec.dim_of(pair[0]) != ec.dim_of(pair[1]):
-                raise ConfigError(f"model.din.pairs[{j}]: '{pair[0]}' and '{pair[1]}' need one dim")
+            if table_of[pair[0]].dim != table_of[pair[1]].dim:
+                raise ConfigError(f"{key}.pairs[{j}]: '{pair[0]}' and '{pair[1]}' need one dim")
         self.targets = [p[0] for p in cfg.pairs]
         self.histories = [p[1] for p in cfg.pairs]
         in_pairs = set(self.targets) | set(self.histories)
-        self.others = [f for f in self.features if f not in in_pairs]
-        d = sum(ec.dim_of(f) for f in self.targets)
+        self.others = [f for f in table_of if f not in in_pairs]
+        d = sum(table_of[f].dim for f in self.targets)
         self.attention = TargetAttention(d, cfg.attention, cfg.normalize)
-        width = num_dense + sum(ec.dim_of(f) for f in self.others) + 2 * d
+        width = num_dense + sum(table_of[f].dim for f in self.others) + 2 * d
         self.mlp = mlp([width, *cfg.mlp, 1], last_activation=False, dropout=dropout)
 
-    def forward(self, batch: SparseBatch | PreparedBatch) -> torch.Tensor:
-        raw = batch.batch if isinstance(batch, PreparedBatch) else batch
-        emb = self.ec(batch)
+    def din_logits(self, emb: dict[str, torch.Tensor | Jagged], dense: torch.Tensor
+                   ) -> torch.Tensor:
+        """The logits [B] from every feature's lookup ``emb`` and the dense inputs."""
         hist = [emb[f] for f in self.histories]
         first = hist[0]
         assert isinstance(first, Jagged)
@@ -135,6 +133,5 @@ class DIN(nn.Module):
         q = torch.cat([pool(emb[f]) for f in self.targets], dim=1)
         keys = torch.cat([h.values for h in hist], dim=1)  # type: ignore[union-attr]
         attended = self.attention(q, keys, first.lengths, first.offsets)
-        dense = raw.dense.to(self.ec.device, non_blocking=True)
         x = torch.cat([dense, *[pool(emb[f]) for f in self.others], q, attended], dim=1)
         return self.mlp(x).squeeze(-1)

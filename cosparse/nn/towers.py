@@ -1,8 +1,9 @@
 """The dense towers of the model zoo: MLPs of Linear and ReLU layers, with dropout after every
-hidden activation when the model has it (``model.dropout``)."""
+hidden activation when the model has it (``model.dropout``), and DCN-v2's cross layer."""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from cosparse.nn.dropout import TowerDropout
@@ -21,3 +22,17 @@ def mlp(sizes: list[int], last_activation: bool, dropout: TowerDropout | None = 
             layers.append(nn.ReLU() if dropout is None
                           else nn.Sequential(nn.ReLU(), dropout.layer()))
     return nn.Sequential(*layers)
+
+
+class CrossLayer(nn.Module):
+    """DCN-v2 cross: x0 * (W x + b) + x, with W full or low-rank (U V^T)."""
+
+    def __init__(self, d: int, rank: int | None) -> None:
+        super().__init__()
+        if rank is None:
+            self.w = nn.Linear(d, d)
+        else:
+            self.w = nn.Sequential(nn.Linear(d, rank, bias=False), nn.Linear(rank, d))
+
+    def forward(self, x0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return x0 * self.w(x) + x

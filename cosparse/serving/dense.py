@@ -92,10 +92,10 @@ def export_factory_program(config: dict[str, Any], state: dict[str, Any], out: P
                            ) -> dict[str, Any]:
     """Write the ``torch.export`` program of a ``model.factory`` model into ``out/dense/``; the
     entry's ``program`` and ``inputs``."""
-    from cosparse.api.engine_model import EngineModel
     from cosparse.api.factory import build_factory_model
     from cosparse.config import config_from_mapping
     from cosparse.config.objective import objective_of
+    from cosparse.nn.engine_model import EngineModel
     from cosparse.serving.program import export_model_program
     from cosparse.train.inputs import model_inputs
 
@@ -103,7 +103,7 @@ def export_factory_program(config: dict[str, Any], state: dict[str, Any], out: P
     num_dense = model_inputs(cfg).train.num_dense
     objective = objective_of(cfg.objective)
     tasks = None if objective.default else list(objective.tasks)
-    trained = EngineModel(build_factory_model(cfg, num_dense), tasks)  # (the state's keys')
+    trained = EngineModel(build_factory_model(cfg, num_dense), tasks, cfg.train.seed)  # (keys)
     trained.load_state_dict(state)
     trained.eval()
     path = out / DENSE_DIR / PROGRAM_FILE
@@ -116,16 +116,17 @@ def export_program(config: dict[str, Any], state: dict[str, Any], out: Path) -> 
     """Write the ``torch.export`` program of a built-in pooled model into ``out/dense/``; the
     entry's ``program`` and ``inputs``. The batch dimension is dynamic."""
     from cosparse.config import config_from_mapping
-    from cosparse.nn.models import build_model
+    from cosparse.models.builtin import build_model
     from cosparse.train.inputs import model_inputs
 
     cfg = config_from_mapping(config)
     num_dense = model_inputs(cfg).train.num_dense
-    model = build_model(cfg, num_dense, torch.device("cpu"))
-    model.load_state_dict(state)
-    model.eval()
+    engine = build_model(cfg, num_dense, torch.device("cpu"))
+    engine.load_state_dict(state)
+    engine.eval()
+    model = engine.model  # (the zoo's pooled model: its head's interact is the dense part)
     features = list(model.features)
-    dims = [model.ec.dim_of(f) for f in features]
+    dims = [model.embeddings.dim_of(f) for f in features]
     batch = torch.export.Dim("batch", min=1)
     example = (torch.zeros(2, num_dense), tuple(torch.zeros(2, d) for d in dims))
     program = torch.export.export(PooledDense(model), example,

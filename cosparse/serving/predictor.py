@@ -119,16 +119,17 @@ def _build_model(cfg: Config, reference: dict[str, Any], num_dense: int
     """The model ``reference`` names on CPU, with its embedding collection (all resident)."""
     cpu = torch.device("cpu")
     if "factory" in reference:
-        from cosparse.api.engine_model import EngineModel
         from cosparse.api.factory import build_factory_model
+        from cosparse.nn.engine_model import EngineModel
 
         user = build_factory_model(cfg, num_dense)
         objective = objective_of(cfg.objective)
-        model = EngineModel(user, None if objective.default else list(objective.tasks))
+        model = EngineModel(user, None if objective.default else list(objective.tasks),
+                            cfg.train.seed)
         ec = EmbeddingCollection(cfg.tables, device=cpu)
         model.ec = ec
         return model, ec
-    from cosparse.nn.models import build_model
+    from cosparse.models.builtin import build_model
 
     built = build_model(cfg, num_dense, cpu)
     return built, built.ec

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from cosparse.api.batch import Batch
-from cosparse.api.collections import Collections
-from cosparse.api.engine_model import logits_of, task_outputs
+from cosparse.nn.collections import Collections
+from cosparse.nn.engine_model import logits_of, task_outputs
+from cosparse.nn.model_batch import Batch
 from cosparse.nn.types import Jagged
 
 PROGRAM_FILE = "program.pt2"

@@ -17,7 +17,7 @@ from cosparse.batch import SparseBatch
 from cosparse.config import Config, ConfigError
 from cosparse.config.objective import ObjectiveConfig, objective_of
 from cosparse.nn.embedding import EmbeddingCollection
-from cosparse.nn.models import RecModel
+from cosparse.nn.engine_model import EngineModel
 from cosparse.optim import state_width
 from cosparse.store.types import TierPlan
 from cosparse.train.objective import objective_loss
@@ -32,7 +32,7 @@ class SizingReport:
     plans: dict[str, TierPlan]
 
 
-def measure_dense_bytes(model: RecModel, batch: SparseBatch, opt_kind: str,
+def measure_dense_bytes(model: EngineModel, batch: SparseBatch, opt_kind: str,
                         objective: ObjectiveConfig | None = None) -> int:
     """Bytes the dense model needs for one training step, the loss ``objective``'s (None: one
     binary task); the model's state is left unchanged."""

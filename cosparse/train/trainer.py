@@ -29,7 +29,7 @@ from cosparse.config.objective import check_group_by, objective_of
 from cosparse.config.train import run_limits
 from cosparse.data.pool import WorkerExited
 from cosparse.link import Links
-from cosparse.nn.models import build_model
+from cosparse.models.builtin import build_model
 from cosparse.nn.types import PreparedBatch
 from cosparse.parallel.dense import dense_parallel, sum_fsdp2_gradients
 from cosparse.parallel.engine import RankSetup, reach_shared_ps, share_ps, start_rank
@@ -79,8 +79,8 @@ class Trainer(SetupRole, CheckpointRole, EvaluationRole, ReportingRole, StreamRo
         ``on_interval(record)``: called with every interval's metrics, as they are written
         (what a tuning agent watches a run through); it may answer with live knobs to change,
         which apply before the next batch (``cosparse.train.live``); ``model``: the module to
-        train instead of ``cfg.model``'s built-in one (``cosparse.api.engine_model``: the
-        ``ec``, ``dropout`` and ``forward(prepared) -> logits`` of a built-in model)."""
+        train (an ``EngineModel``, ``cosparse.nn.engine_model``: a model on the public API as
+        the trainer drives it; default: ``model.kind``'s, ``cosparse.models.builtin``)."""
         self.on_interval = on_interval
         self._pending: Reconfigure | None = None
         self.log = log or (lambda msg: tqdm.write(msg))
@@ -116,8 +116,8 @@ class Trainer(SetupRole, CheckpointRole, EvaluationRole, ReportingRole, StreamRo
         check_group_by(self.objective, list(self.train_reader.keys))
         for note in data_notes(cfg, self.train_reader):
             self.log(note)
-        self.model = (build_model(cfg, self.train_reader.num_dense, self.device) if model is None
-                      else model.to(self.device))
+        self.model = (build_model(cfg, self.train_reader.num_dense, self.device)
+                      if model is None else model.to(self.device))
         self.links = Links.from_config(cfg.network)
         # many ranks (torchrun): this rank's shards are the tables its supply path places
         self.ranks: RankSetup | None = None

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 
 from torch import nn
 
-from cosparse.api.embedding_bags import EmbeddingBagCollection
 from cosparse.config import ConfigError, TableConfig
+from cosparse.nn.embedding_bags import EmbeddingBagCollection
 
 
 class Collections:

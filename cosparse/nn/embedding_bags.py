@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from cosparse.api.batch import Batch
 from cosparse.config import Config, ConfigError, TableConfig, from_dict
 from cosparse.config.bounds import first_violation
 from cosparse.config.tables import validate_tables
+from cosparse.nn.model_batch import Batch
 from cosparse.nn.types import Jagged
 
 Lookup = dict[str, torch.Tensor | Jagged]

@@ -1,9 +1,10 @@
-"""The module the engine trains in place of a built-in model: a user's model behind the
-interface the internal trainer reads (``ec``, ``dropout``, ``forward(prepared) -> logits [B]``).
+"""The module the engine trains: a model on the public API (the user's, or a built-in one of
+``cosparse.models``) behind the interface the internal trainer reads (``ec``, ``dropout``,
+``forward(prepared) -> logits [B]``).
 
 Its ``ec`` is the engine the model's ``EmbeddingBagCollection``s are placed on: setting it (what
-the trainer does whenever it builds or rebuilds the collection) places every one of them. Its ``forward``
-hands the user's model a ``cosparse.Batch`` and checks what comes back: a ``Tensor[B]`` (or
+the trainer does whenever it builds or rebuilds the collection) places every one of them. Its
+``forward`` hands the user's model a ``cosparse.Batch`` and checks what comes back: a ``Tensor[B]`` (or
 [B, 1]) of one task, or a dict of them naming the objective's tasks.
 """
 
@@ -14,22 +15,24 @@ from typing import Any
 import torch
 from torch import nn
 
-from cosparse.api.batch import Batch
-from cosparse.api.collections import Collections
 from cosparse.batch import SparseBatch
+from cosparse.nn.collections import Collections
+from cosparse.nn.dropout import step_dropout
+from cosparse.nn.model_batch import Batch
 from cosparse.nn.types import PreparedBatch
 
 
 class EngineModel(nn.Module):
     """``model`` (the user's) as the internal trainer drives it."""
 
-    def __init__(self, model: nn.Module, tasks: list[str] | None = None) -> None:
+    def __init__(self, model: nn.Module, tasks: list[str] | None = None, seed: int = 0) -> None:
         """``tasks``: the objective's tasks, whose outputs ``forward`` returns by name (None:
-        the one task's logits)."""
+        the one task's logits); ``seed``: the run's ``train.seed``, which seeds the masks of
+        the model's tower dropout (``cosparse.nn.dropout``) when it has any."""
         super().__init__()
         self.model = model
         self.tasks = tasks
-        self.dropout = None  # (the built-in models' seeded tower dropout: none here)
+        self.dropout = step_dropout(model, seed)  # (re-seeded by the trainer every step)
         self._paths = Collections(model).paths
 
     @property
@@ -47,6 +50,14 @@ class EngineModel(nn.Module):
             self.collections.place(value)
             return
         super().__setattr__(name, value)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False
+                        ) -> Any:
+        """As ``nn.Module``'s; a built-in model's state written before the zoo moved onto the
+        public API (its keys without this wrapper's ``model.`` prefix) is mapped on load."""
+        if state_dict and not any(k.startswith("model.") for k in state_dict):
+            state_dict = {f"model.{k}": v for k, v in state_dict.items()}
+        return super().load_state_dict(state_dict, strict, assign)
 
     def dry_forward(self, batch: SparseBatch, device: torch.device) -> Any:
         """The outputs on ``batch`` with zeros for every lookup, before the collection is
