@@ -751,7 +751,8 @@ def print_table(out: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
               "torchrec_samples_per_s", "torchrec_embedding_ms", "ratio_vs_torchrec",
               "ratio_paired_cosparse_vs_torchrec", "embedding_ratio_vs_torchrec",
               "over_dense_bound", "over_dense_bound_paired", "api_over_builtin",
-              "api_over_builtin_spread", "api_over_builtin_run", "api_builtin_final_loss"):
+              "api_over_builtin_spread", "api_over_builtin_step_p50", "api_over_builtin_run",
+              "api_builtin_final_loss"):
         if k in out:
             print(f"{k} = {out[k]}")
     for k, t in out.get("targets", {}).items():

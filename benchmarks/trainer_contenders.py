@@ -141,7 +141,8 @@ def _quiet(line: str) -> None:
 
 def paired_api(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """``api_over_builtin``: per round, api's samples/s over builtin's in the same round; the
-    median and its spread. ``api_over_builtin_run``: the same of whole ``run`` calls (their start
+    median and its spread. ``api_over_builtin_step_p50``: the median step time of builtin over
+    api's. ``api_over_builtin_run``: as ``api_over_builtin``, of whole ``run`` calls (their start
     and end included). Raises when the two did not train the same losses."""
     a, b = res["api"], res["builtin"]
     if a["losses"] != b["losses"]:
@@ -152,6 +153,9 @@ def paired_api(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
     per_run = [y / x for x, y in zip(a["run_s"], b["run_s"], strict=True)]
     return {"api_over_builtin": round(statistics.median(per_round), 3),
             "api_over_builtin_spread": _spread(per_round),
+            # the trainer's own step times, all rounds': builtin's p50 over api's (> 1: api faster)
+            "api_over_builtin_step_p50": round(statistics.median(b["step_s"])
+                                               / statistics.median(a["step_s"]), 3),
             "api_over_builtin_run": round(statistics.median(per_run), 3),
             "api_over_builtin_run_spread": _spread(per_run),
             "api_builtin_same_losses": True, "api_builtin_final_loss": a["losses"][-1]}

@@ -58,16 +58,18 @@ def test_bench_inmemory_tiny(tmp_path: Path) -> None:
     assert res["api_builtin_same_losses"] and res["api_builtin_final_loss"] > 0
     assert api["loss_last"] == builtin["loss_last"] == round(res["api_builtin_final_loss"], 4)
     assert res["api_over_builtin"] > 0 and len(res["api_over_builtin_spread"]["rounds"]) == 2
+    assert res["api_over_builtin_step_p50"] > 0 and res["api_over_builtin_run"] > 0
     assert "api_over_builtin = " in proc.stdout
     assert res["machine"]["cpu"] and res["machine"]["cpu_flags"] not in ("", "?")
 
 
 def test_api_pair_refuses_different_losses() -> None:
     """``api_over_builtin`` is only reported for runs that trained the same numbers."""
-    rounds = {"rounds_samples_per_s": [10.0, 12.0], "run_s": [1.0, 1.0]}
+    rounds = {"rounds_samples_per_s": [10.0, 12.0], "run_s": [1.0, 1.0], "step_s": [0.1, 0.2]}
     same = paired_api({"api": {**rounds, "losses": [0.7, 0.6]},
                        "builtin": {**rounds, "losses": [0.7, 0.6]}})
-    assert same["api_over_builtin"] == 1.0 and same["api_builtin_final_loss"] == 0.6
+    assert same["api_over_builtin"] == same["api_over_builtin_step_p50"] == 1.0
+    assert same["api_builtin_final_loss"] == 0.6
     with pytest.raises(RuntimeError, match="different numbers"):
         paired_api({"api": {**rounds, "losses": [0.7, 0.6]},
                     "builtin": {**rounds, "losses": [0.7, 0.6000001]}})
