@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import common
-from benchmarks.trainer_contenders import TRAINERS, TrainerContender, paired_api
+from benchmarks.trainer_contenders import TRAINERS, TrainerContender, paired_api, stage_differences
 
 PEER_VENV = common.REPO / ".venv-peers"
 DEFAULT = ("cosparse", "cosparse_inline", "torch", "dense_bound")
@@ -709,6 +709,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         out["embedding_ratio"] = round(emb_ms["torch"] / emb_ms["cosparse"], 3)
     if "api" in res and "builtin" in res:  # the public API's cost: same numbers, same rounds
         out.update(paired_api(res))
+        out["api_minus_builtin_stages_ms"] = stage_differences(stats["api"]["info"],
+                                                               stats["builtin"]["info"])
     out["embedding_ms"] = emb_ms
     out["peak_rss_mb"] = {n: per[n]["peak_rss_mb"] for n in names}
     if "torchrec" in per:
@@ -752,7 +754,7 @@ def print_table(out: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
               "ratio_paired_cosparse_vs_torchrec", "embedding_ratio_vs_torchrec",
               "over_dense_bound", "over_dense_bound_paired", "api_over_builtin",
               "api_over_builtin_spread", "api_over_builtin_step_p50", "api_over_builtin_run",
-              "api_builtin_final_loss"):
+              "api_builtin_final_loss", "api_minus_builtin_stages_ms"):
         if k in out:
             print(f"{k} = {out[k]}")
     for k, t in out.get("targets", {}).items():

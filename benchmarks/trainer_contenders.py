@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
@@ -95,11 +96,15 @@ class TrainerContender:
             torch.manual_seed(cfg.seed)
             self.trainer = self.engine = Trainer(config, log=_quiet, inputs=inputs)
         self.step_ms: list[float] = []
+        self.stages: dict[str, list[float]] = defaultdict(list)  # the timed rounds' steps'
         record = self.engine.recorder.step
 
         def step(*a: Any, **k: Any) -> dict[str, Any]:  # the trainer's own step times
             rec = record(*a, **k)
             self.step_ms.append(rec["step_ms"])
+            if self.engine.state.step > cfg.warmup:
+                for stage, ms in rec["stages"].items():
+                    self.stages[stage].append(ms)
             return rec
 
         self.engine.recorder.step = step
@@ -129,7 +134,8 @@ class TrainerContender:
 
         return {"trainer": type(self.trainer).__module__ + "." + type(self.trainer).__name__,
                 "model": type(self.engine.model).__name__,
-                "torch_threads": torch.get_num_threads()}
+                "torch_threads": torch.get_num_threads(),
+                "stages_ms_p50": {k: round(statistics.median(v), 2) for k, v in self.stages.items()}}
 
     def close(self) -> None:
         self.trainer.close()
@@ -165,3 +171,10 @@ def _spread(ratios: list[float]) -> dict[str, Any]:
     return {"min": round(min(ratios), 3), "p25": round(common.pct(ratios, 0.25), 3),
             "p75": round(common.pct(ratios, 0.75), 3), "max": round(max(ratios), 3),
             "rounds": [round(x, 3) for x in ratios]}
+
+
+def stage_differences(api: dict[str, Any], builtin: dict[str, Any]) -> dict[str, float]:
+    """Per stage of the trainer's step records, api's median ms minus builtin's (the timed
+    rounds' steps): where a per-step cost of the API would show."""
+    a, b = api["stages_ms_p50"], builtin["stages_ms_p50"]
+    return {k: round(a[k] - b[k], 2) for k in a if k in b}

@@ -59,6 +59,7 @@ def test_bench_inmemory_tiny(tmp_path: Path) -> None:
     assert api["loss_last"] == builtin["loss_last"] == round(res["api_builtin_final_loss"], 4)
     assert res["api_over_builtin"] > 0 and len(res["api_over_builtin_spread"]["rounds"]) == 2
     assert res["api_over_builtin_step_p50"] > 0 and res["api_over_builtin_run"] > 0
+    assert {"forward", "backward", "optim"} <= set(res["api_minus_builtin_stages_ms"])
     assert "api_over_builtin = " in proc.stdout
     assert res["machine"]["cpu"] and res["machine"]["cpu_flags"] not in ("", "?")
 
