@@ -20,6 +20,9 @@ Contenders, each in its OWN worker process (so peak RSS is per contender and thr
                    embeddings (read before the clock starts), so the embedding cost is zero.
                    ``over_dense_bound`` = cosparse samples/s over the bound's (target >= 0.75, stretch
                    0.9, on the paired per-round median ``over_dense_bound_paired``).
+  builtin, api     (``--contenders builtin,api``, benchmarks/trainer_contenders.py) the engine's trainer
+                   over ``model.kind: dlrm`` against ``cosparse.Trainer`` over ``cosparse.models.dlrm:build``
+                   (issue 34): ``api_over_builtin``, paired per round, and the same losses asserted.
   torchrec         (``--peer torchrec``) TorchRec DMP + FBGEMM CPU TBE with fused row-wise Adagrad, run
                    by benchmarks/peer_torchrec.py in the separate venv .venv-peers (``make peers``).
 The parent process only orchestrates: it sends "run N steps" commands to the workers over stdin/stdout,
