@@ -20,6 +20,9 @@ Contenders, each in its OWN worker process (so peak RSS is per contender and thr
                    embeddings (read before the clock starts), so the embedding cost is zero.
                    ``over_dense_bound`` = cosparse samples/s over the bound's (target >= 0.75, stretch
                    0.9, on the paired per-round median ``over_dense_bound_paired``).
+  builtin, api     (``--contenders builtin,api``, benchmarks/trainer_contenders.py) the engine's trainer
+                   over ``model.kind: dlrm`` against ``cosparse.Trainer`` over ``cosparse.models.dlrm:build``
+                   (issue 34): ``api_over_builtin``, paired per round, and the same losses asserted.
   torchrec         (``--peer torchrec``) TorchRec DMP + FBGEMM CPU TBE with fused row-wise Adagrad, run
                    by benchmarks/peer_torchrec.py in the separate venv .venv-peers (``make peers``).
 The parent process only orchestrates: it sends "run N steps" commands to the workers over stdin/stdout,
@@ -61,10 +64,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks import common
+from benchmarks.trainer_contenders import TRAINERS, TrainerContender, paired_api, stage_differences
 
 PEER_VENV = common.REPO / ".venv-peers"
-IN_PROCESS = ("cosparse", "cosparse_inline", "torch", "dense_bound")
-NO_EMBEDDING = ("dense_bound",)  # no embedding-only pass
+DEFAULT = ("cosparse", "cosparse_inline", "torch", "dense_bound")
+IN_PROCESS = (*DEFAULT, *TRAINERS)  # (the trainers: benchmarks/trainer_contenders.py)
+NO_EMBEDDING = ("dense_bound", *TRAINERS)  # no embedding-only pass
 TARGETS = {"over_dense_bound_paired": 0.75}  # name -> minimum; never loosen
 STRETCH = {"over_dense_bound_paired": 0.9}
 CLEAN_OTHER_CPU = 0.25  # a round is "clean" when other processes used less than this many cores
@@ -501,7 +506,8 @@ def _emb(c: Contender, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 COMMANDS: dict[str, Callable[[Contender, dict[str, Any]], dict[str, Any]]] = {
-    "full": lambda c, cmd: {"step_s": c.full(cmd["start"], cmd["n"]), "loss": c.last_loss},
+    "full": lambda c, cmd: {"step_s": c.full(cmd["start"], cmd["n"]), "loss": c.last_loss,
+                            "run_s": getattr(c, "last_run_s", None)},
     "emb": _emb,
     "breakdown": lambda c, cmd: {"breakdown_ms": c.breakdown(cmd["start"], cmd["n"])},
     "stats": lambda c, cmd: common.process_stats(c.info()),
@@ -536,6 +542,8 @@ def build_inprocess(name: str) -> Callable[[BenchConfig, list[common.Batch]], Co
         return TorchContender
     if name == "dense_bound":
         return DenseBoundContender
+    if name in TRAINERS:
+        return lambda cfg, raw: TrainerContender(cfg, raw, api=name == "api")
     raise ValueError(f"unknown contender {name!r}")
 
 
@@ -550,8 +558,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         warmup="untimed train steps per contender before round 0")
     ap.add_argument("--emb-steps", type=int, help="embedding-only steps per contender per round")
     ap.add_argument("--breakdown-steps", type=int, help="cosparse stage-breakdown steps (0: skip)")
-    ap.add_argument("--contenders", default=",".join(IN_PROCESS),
-                    help=f"comma list out of {', '.join(IN_PROCESS)}")
+    ap.add_argument("--contenders", default=",".join(DEFAULT),
+                    help=f"comma list out of {', '.join(IN_PROCESS)}; builtin,api: the trainer "
+                         "with model.kind dlrm against the public API's DLRM (api_over_builtin)")
     ap.add_argument("--peer", choices=["torchrec"], action="append", default=[],
                     help="also run TorchRec DMP + FBGEMM (needs .venv-peers: `make peers`)")
     ap.add_argument("--peer-python", default=str(PEER_VENV / "bin" / "python"))
@@ -609,7 +618,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
 
         res: dict[str, dict[str, Any]] = {
             n: {"rounds_samples_per_s": [], "step_s": [], "emb_round_ms": [], "emb_step_ms": [],
-                "emb_stages": defaultdict(list), "other_cpu": [], "loss": None} for n in names
+                "emb_stages": defaultdict(list), "other_cpu": [], "loss": None, "losses": [],
+                "run_s": []} for n in names
         }
         # warm-up (JIT, allocator, first-touch of rows), alternating too
         for n in names:
@@ -625,6 +635,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
                 d["step_s"].extend(out["step_s"])
                 d["other_cpu"].append(round(common.other_cores(busy, out), 2))
                 d["loss"] = out["loss"]
+                d["losses"].append(out["loss"])
+                d["run_s"].append(out["run_s"])
             for n in order:
                 if cfg.emb_steps <= 0 or n in NO_EMBEDDING:
                     continue
@@ -698,6 +710,10 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
                           for k, t in TARGETS.items()}
     if "cosparse" in emb_ms and "torch" in emb_ms:
         out["embedding_ratio"] = round(emb_ms["torch"] / emb_ms["cosparse"], 3)
+    if "api" in res and "builtin" in res:  # the public API's cost: same numbers, same rounds
+        out.update(paired_api(res))
+        out["api_minus_builtin_stages_ms"] = stage_differences(stats["api"]["info"],
+                                                               stats["builtin"]["info"])
     out["embedding_ms"] = emb_ms
     out["peak_rss_mb"] = {n: per[n]["peak_rss_mb"] for n in names}
     if "torchrec" in per:
@@ -739,7 +755,9 @@ def print_table(out: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
     for k in ("ratio", "ratio_inline", "ratio_paired_cosparse_vs_torch", "embedding_ratio",
               "torchrec_samples_per_s", "torchrec_embedding_ms", "ratio_vs_torchrec",
               "ratio_paired_cosparse_vs_torchrec", "embedding_ratio_vs_torchrec",
-              "over_dense_bound", "over_dense_bound_paired"):
+              "over_dense_bound", "over_dense_bound_paired", "api_over_builtin",
+              "api_over_builtin_spread", "api_over_builtin_step_p50", "api_over_builtin_run",
+              "api_builtin_final_loss", "api_minus_builtin_stages_ms"):
         if k in out:
             print(f"{k} = {out[k]}")
     for k, t in out.get("targets", {}).items():

@@ -568,16 +568,20 @@ def machine_info() -> dict[str, Any]:
         except OSError:
             return "?"
 
-    cpu = "?"
+    cpu, flags = "?", "?"
     for line in read("/proc/cpuinfo").splitlines():
-        if line.startswith("model name"):
+        if line.startswith("model name") and cpu == "?":
             cpu = line.split(":", 1)[1].strip()
+        elif line.startswith("flags") and flags == "?":
+            flags = line.split(":", 1)[1].strip()
+        if "?" not in (cpu, flags):
             break
     mem = read("/proc/meminfo").splitlines()[0].split()[1] if read("/proc/meminfo") != "?" else "0"
     return {
         "nproc": len(os.sched_getaffinity(0)),
         "cpu_count": os.cpu_count(),
         "cpu": cpu,
+        "cpu_flags": flags,  # (what the kernels may use: avx2, avx512f, fma ...)
         "mem_gib": round(int(mem) / 2**20, 1),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "thp": read("/sys/kernel/mm/transparent_hugepage/enabled"),
