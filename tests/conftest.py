@@ -18,3 +18,4 @@ def _ps_kernels_compiled() -> None:
     from cosparse.ps.warm_up import ensure_warm
 
     ensure_warm()
+    ensure_warm(threads=2)  # (``ps serve --shard-threads 2``'s parallel kernels)

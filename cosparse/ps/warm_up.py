@@ -54,15 +54,23 @@ def _array(a: np.ndarray, readonly: bool) -> np.ndarray:
     return a
 
 
+def mark_of(threads: int) -> str:
+    """The mark of a warm-up of a shard of ``threads`` threads: one of one thread compiles the
+    serial kernels, one of more the parallel ones (``ShardTable.threads``)."""
+    return MARK if threads <= 1 else f"{MARK}-parallel"
+
+
 def ensure_warm(threads: int = 1) -> float | None:
-    """``warm_up_kernels`` unless the cache folder says one has run for these sources; returns
-    its seconds, or None when it was not needed (or there is no cache folder to mark)."""
+    """``warm_up_kernels`` unless the cache folder says one has run for these sources and this
+    kind of shard (serial or parallel kernels); returns its seconds, or None when it was not
+    needed (or there is no cache folder to mark)."""
     folder = os.environ.get("NUMBA_CACHE_DIR")
-    if not folder or (Path(folder) / MARK).exists():
+    mark = mark_of(threads)
+    if not folder or (Path(folder) / mark).exists():
         return None
     took = warm_up_kernels(threads)
     try:
-        (Path(folder) / MARK).write_text(f"{took:.3f}\n")
+        (Path(folder) / mark).write_text(f"{took:.3f}\n")
     except OSError:  # (a read-only cache: the next shard warms up again)
         pass
     return took
