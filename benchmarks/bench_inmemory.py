@@ -661,6 +661,8 @@ def run_bench(a: argparse.Namespace) -> dict[str, Any]:
         common.close_all(workers)
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     machine["torch_threads"] = {n: s["info"].get("torch_threads") for n, s in stats.items()}
+    if "torchrec" in stats:  # (FBGEMM's side: benchmarks.machine.peer_isa, in the peer's venv)
+        machine["peer_isa"] = stats["torchrec"]["info"].get("isa")
 
     per: dict[str, dict[str, Any]] = {}
     for n in names:

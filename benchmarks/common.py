@@ -1,4 +1,5 @@
-"""What the benchmarks share: the workload, the worker-process protocol and the machine info.
+"""What the benchmarks share: the workload and the worker-process protocol (and, re-exported,
+``benchmarks.machine``'s ``machine_info``).
 
 The workload (TorchRec's own DLRM CPU workload, called "the foundation workload" elsewhere):
 ``Workload.tables`` tables of ``rows`` x ``dim`` fp32, one feature each, sum pooling. IDs follow a
@@ -26,7 +27,6 @@ import hashlib
 import importlib
 import json
 import os
-import platform
 import resource
 import signal
 import statistics
@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.machine import machine_info  # noqa: F401  (every benchmark's, from here)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -558,36 +560,6 @@ def other_cores(busy: float, r: dict[str, Any], own_s: float = 0.0) -> float:
     minus the worker's own (``r["cpu_s"]``, and ``own_s``: e.g. its children's), over its wall time.
     Values near 1 mean another job held a core: a noise flag."""
     return max(0.0, busy - r["cpu_s"] - own_s) / max(r["wall_s"], 1e-9)
-
-
-# -------------------------------------------------------------------------------- the machine
-def machine_info() -> dict[str, Any]:
-    def read(p: str) -> str:
-        try:
-            return Path(p).read_text().strip()
-        except OSError:
-            return "?"
-
-    cpu, flags = "?", "?"
-    for line in read("/proc/cpuinfo").splitlines():
-        if line.startswith("model name") and cpu == "?":
-            cpu = line.split(":", 1)[1].strip()
-        elif line.startswith("flags") and flags == "?":
-            flags = line.split(":", 1)[1].strip()
-        if "?" not in (cpu, flags):
-            break
-    mem = read("/proc/meminfo").splitlines()[0].split()[1] if read("/proc/meminfo") != "?" else "0"
-    return {
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu_count": os.cpu_count(),
-        "cpu": cpu,
-        "cpu_flags": flags,  # (what the kernels may use: avx2, avx512f, fma ...)
-        "mem_gib": round(int(mem) / 2**20, 1),
-        "loadavg": [round(x, 2) for x in os.getloadavg()],
-        "thp": read("/sys/kernel/mm/transparent_hugepage/enabled"),
-        "python": platform.python_version(),
-        "host": platform.node(),
-    }
 
 
 # ------------------------------------------------------------------------------ command line

@@ -136,8 +136,10 @@ class TorchRecContender(Contender):
     def info(self) -> dict[str, Any]:
         import torch
 
+        from benchmarks.machine import peer_isa
+
         return {**self.versions, "torch_threads": torch.get_num_threads(), "plan": self.plan,
-                "tbe_modules": self.tbes}
+                "tbe_modules": self.tbes, "isa": peer_isa()}
 
 
 def main() -> int:
