@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from exactness import base_config
+from test_din import TAOBAO, din_mapping
 
 from cosparse.batch import SparseBatch
 from cosparse.cli import main
@@ -130,3 +131,33 @@ def test_an_export_without_its_dense_model_refuses_to_predict(tmp_path):
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ServingError, match="no model to predict with"):
         load(out).predict(batches[0])
+
+
+@pytest.mark.skipif(not TAOBAO.exists(), reason="the Taobao sample is not in ../shared/data")
+def test_a_built_in_din_is_served_from_its_program(tmp_path):
+    """The zoo's DIN (jagged histories into attention) exports through the same program as a
+    user's model: its lookups as inputs; the program and the rebuilt model both reproduce the
+    trainer's eval predictions bit for bit."""
+    from cosparse.config import config_from_mapping
+
+    raw = din_mapping(**{"data.batch_size": 64, "data.events.max_len": 20,
+                         "data.eval_fraction": 0.02, "train.steps": 3, "train.epochs": None})
+    raw["train"]["checkpoint"] = {"dir": str(tmp_path / "ck"), "every": 3}
+    trainer = Trainer(config_from_mapping(raw), log=lambda m: None)
+    try:
+        trainer.run(steps=3, evaluate=False)
+        trainer.evaluate()
+        expected = np.array(trainer.eval_predictions["label"], copy=True)
+        batches = _eval_batches(trainer)
+    finally:
+        trainer.close()
+    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "ex"),
+                 "--format", "npy"]) == 0
+    dense = json.loads((tmp_path / "ex" / "manifest.json").read_text())["dense"]
+    assert dense["why"] is None, dense["why"]
+    assert dense["inputs"]["jagged"] == ["target_item", "hist_item", "target_cate", "hist_cate"]
+    for use_program in (True, False):
+        served = load(tmp_path / "ex", use_program=use_program)
+        got = np.concatenate([served.predict(b)["label"].numpy() for b in batches])
+        assert served.form == ("program" if use_program else "state_dict")
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32)), use_program

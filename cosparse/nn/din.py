@@ -127,6 +127,8 @@ class DINHead(nn.Module):
         assert isinstance(first, Jagged)
         for f, h in zip(self.histories[1:], hist[1:], strict=True):
             assert isinstance(h, Jagged)
+            if torch.compiler.is_exporting():  # (a traced program cannot look at the values)
+                continue
             if not torch.equal(h.lengths, first.lengths):
                 raise ValueError(f"DIN: history '{f}' and '{self.histories[0]}' have different "
                                  "lengths; the histories of model.din.pairs must be one sequence")

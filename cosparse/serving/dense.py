@@ -7,11 +7,13 @@ rebuild the model around it:
               "config": <the checkpoint's config>, "program": null, "why": "<text>"}
 
 ``program`` names a ``torch.export`` program of the dense part where the model exports, the
-embedding lookup outside it: a built-in pooled model's (``model.kind`` dlrm, deepfm or dcn),
-which takes the dense inputs and each feature's pooled embedding (``inputs``: the number of
-dense inputs and the features in order), or a ``model.factory`` model's, which also takes each
-``pooling: none`` feature's rows and offsets (``inputs.jagged``) and returns each task's outputs
-(``cosparse.serving.program``). Otherwise ``program`` is null and ``why`` says why:
+embedding lookup outside it (``cosparse.serving.program``): a built-in ``model.kind`` of the zoo
+or a ``model.factory`` model, taking the dense inputs, each pooled feature's rows and each
+``pooling: none`` feature's rows and offsets (``inputs``: the number of dense inputs, the pooled
+and the jagged features in order) and returning each task's outputs. Exports written before
+the zoo moved onto the public API hold a built-in model's pooled-only program (``inputs``
+without ``jagged``), which the predictor still runs. Otherwise ``program`` is null and ``why``
+says why:
 a reader rebuilds the model from ``model`` and ``config`` (the built-in ``model.kind`` through
 the zoo, a ``model.factory`` by importing it, as training did) and loads the state_dict.
 """
@@ -22,14 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from cosparse.serving.format import sha256_file
 from cosparse.serving.program import PROGRAM_FILE
 
 DENSE_DIR = "dense"
 STATE_FILE = "state_dict.pt"
-EXPORTED_KINDS = ("dlrm", "deepfm", "dcn")  # pooled inputs only (din's sequences are jagged)
 WHY_FALLBACK = ("served from its state_dict, rebuilt through the model's reference and the "
                 "checkpoint's config")
 
@@ -64,37 +64,22 @@ def write_dense(ck: Path, meta: dict[str, Any], out: Path) -> dict[str, Any]:
         entry["why"] = ("no torch.export program and no model to rebuild: the config names no "
                         "model.kind or model.factory (a model given in Python); name its "
                         "factory in model.factory to serve it")
-    elif "factory" not in reference and reference["kind"] not in EXPORTED_KINDS:
-        entry["why"] = (f"no torch.export program: model.kind {reference['kind']} takes "
-                        f"jagged sequence embeddings; {WHY_FALLBACK}")
     else:
         try:
-            export = export_factory_program if "factory" in reference else export_program
-            entry.update(export(meta["config"], dense["model"], out))
+            entry.update(export_program(meta["config"], dense["model"], out))
         except Exception as e:  # (whatever torch.export or the model raised: the fallback)
             entry["why"] = (f"torch.export failed ({type(e).__name__}: {e}); {WHY_FALLBACK}")
     return entry
 
 
-class PooledDense(nn.Module):
-    """A built-in model's dense part: (dense [B, n], pooled embeddings [B, dim] per feature,
-    in the model's feature order) -> logits [B]."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, dense: torch.Tensor, pooled: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        return self.model.interact(dense, list(pooled)).squeeze(-1)  # type: ignore[no-any-return]
-
-
-def export_factory_program(config: dict[str, Any], state: dict[str, Any], out: Path
-                           ) -> dict[str, Any]:
-    """Write the ``torch.export`` program of a ``model.factory`` model into ``out/dense/``; the
-    entry's ``program`` and ``inputs``."""
+def export_program(config: dict[str, Any], state: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Write the ``torch.export`` program of the checkpoint's model (a built-in ``model.kind``
+    of the zoo, or a ``model.factory`` model) into ``out/dense/``: the entry's ``program`` and
+    ``inputs`` (``cosparse.serving.program``)."""
     from cosparse.api.factory import build_factory_model
     from cosparse.config import config_from_mapping
     from cosparse.config.objective import objective_of
+    from cosparse.models.builtin import build_model
     from cosparse.nn.engine_model import EngineModel
     from cosparse.serving.program import export_model_program
     from cosparse.train.inputs import model_inputs
@@ -103,35 +88,13 @@ def export_factory_program(config: dict[str, Any], state: dict[str, Any], out: P
     num_dense = model_inputs(cfg).train.num_dense
     objective = objective_of(cfg.objective)
     tasks = None if objective.default else list(objective.tasks)
-    trained = EngineModel(build_factory_model(cfg, num_dense), tasks, cfg.train.seed)  # (keys)
+    if cfg.model.factory:
+        trained = EngineModel(build_factory_model(cfg, num_dense), tasks, cfg.train.seed)
+    else:  # (the zoo's model behind the same wrapper: the state's keys are the wrapper's)
+        trained = build_model(cfg, num_dense, torch.device("cpu"))
     trained.load_state_dict(state)
     trained.eval()
     path = out / DENSE_DIR / PROGRAM_FILE
     inputs = export_model_program(trained.model, tasks, num_dense, path)
     return {"program": {"path": f"{DENSE_DIR}/{PROGRAM_FILE}", "sha256": sha256_file(path)},
             "inputs": inputs}
-
-
-def export_program(config: dict[str, Any], state: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Write the ``torch.export`` program of a built-in pooled model into ``out/dense/``; the
-    entry's ``program`` and ``inputs``. The batch dimension is dynamic."""
-    from cosparse.config import config_from_mapping
-    from cosparse.models.builtin import build_model
-    from cosparse.train.inputs import model_inputs
-
-    cfg = config_from_mapping(config)
-    num_dense = model_inputs(cfg).train.num_dense
-    engine = build_model(cfg, num_dense, torch.device("cpu"))
-    engine.load_state_dict(state)
-    engine.eval()
-    model = engine.model  # (the zoo's pooled model: its head's interact is the dense part)
-    features = list(model.features)
-    dims = [model.embeddings.dim_of(f) for f in features]
-    batch = torch.export.Dim("batch", min=1)
-    example = (torch.zeros(2, num_dense), tuple(torch.zeros(2, d) for d in dims))
-    program = torch.export.export(PooledDense(model), example,
-                                  dynamic_shapes=({0: batch}, tuple({0: batch} for _ in dims)))
-    path = out / DENSE_DIR / PROGRAM_FILE
-    torch.export.save(program, path)
-    return {"program": {"path": f"{DENSE_DIR}/{PROGRAM_FILE}", "sha256": sha256_file(path)},
-            "inputs": {"num_dense": num_dense, "features": features}}

@@ -97,9 +97,10 @@ def export_model_program(model: nn.Module, tasks: list[str] | None, num_dense: i
     batch = torch.export.Dim("batch", min=1)
     example = (torch.zeros(b, num_dense), tuple(torch.zeros(b, dim[f]) for f in pooled),
                tuple((torch.zeros(n, dim[f]), torch.tensor([0, 2, 2, n])) for f in jagged))
+    # a jagged feature's rows: AUTO, so that features the model concatenates (one history's
+    # items and categories) are found to share their length instead of failing the export
     shapes = ({0: batch}, tuple({0: batch} for _ in pooled),
-              tuple(({0: torch.export.Dim(f"rows_{i}", min=0)}, {0: batch + 1})
-                    for i, _ in enumerate(jagged)))
+              tuple(({0: torch.export.Dim.AUTO}, {0: batch + 1}) for _ in jagged))
     exported = torch.export.export(program, example, dynamic_shapes=shapes)
     torch.export.save(exported, path)
     return {"num_dense": num_dense, "features": pooled, "jagged": jagged}
