@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,6 +159,24 @@ def test_a_built_in_din_is_served_from_its_program(tmp_path):
     assert dense["inputs"]["jagged"] == ["target_item", "hist_item", "target_cate", "hist_cate"]
     for use_program in (True, False):
         served = load(tmp_path / "ex", use_program=use_program)
+        got = np.concatenate([served.predict(b)["label"].numpy() for b in batches])
+        assert served.form == ("program" if use_program else "state_dict")
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32)), use_program
+
+
+def test_an_export_written_before_the_zoo_moved_still_predicts_bit_for_bit():
+    """``tests/data/export_c81b903``: an old export's pooled-only program and its state_dict of
+    the old keys both reproduce the old trainer's eval probabilities."""
+    from cosparse.config import config_from_mapping
+    from cosparse.train.inputs import model_inputs
+
+    old = Path(__file__).resolve().parent / "data" / "export_c81b903"
+    expected = np.load(old / "expected.npy")
+    cfg = config_from_mapping(json.loads((old / "manifest.json").read_text())["dense"]["config"])
+    with BatchStream(model_inputs(cfg).eval, 0, 2) as s:
+        batches = list(joined_batches(s, cfg.data.eval_batch_size))
+    for use_program in (True, False):
+        served = load(old, use_program=use_program)
         got = np.concatenate([served.predict(b)["label"].numpy() for b in batches])
         assert served.form == ("program" if use_program else "state_dict")
         assert np.array_equal(got.view(np.uint32), expected.view(np.uint32)), use_program
