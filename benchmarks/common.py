@@ -1,5 +1,6 @@
-"""What the benchmarks share: the workload and the worker-process protocol (and, re-exported,
-``benchmarks.machine``'s ``machine_info``).
+"""What the benchmarks share: the workload, and, re-exported from the modules that hold them, the
+worker-process protocol (``benchmarks.workers``), process measurement and statistics
+(``benchmarks.measure``) and ``machine_info`` (``benchmarks.machine``).
 
 The workload (TorchRec's own DLRM CPU workload, called "the foundation workload" elsewhere):
 ``Workload.tables`` tables of ``rows`` x ``dim`` fp32, one feature each, sum pooling. IDs follow a
@@ -15,40 +16,57 @@ answers one JSON line per command. The parent alternates the contenders round by
 (``rotation``), so noise on a shared machine hits all of them.
 
 Run a benchmark from the repository root as a module: ``.venv/bin/python -m benchmarks.bench_ps``.
-At module level this file imports only the standard library and numpy (torch, numba and cosparse
-inside the functions that use them), because benchmarks/peer_torchrec.py imports it in .venv-peers.
+At module level this file (and the three it re-exports) imports only the standard library and
+numpy (torch, numba and cosparse inside the functions that use them), because
+benchmarks/peer_torchrec.py imports it in .venv-peers.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
-import importlib
 import json
-import os
-import resource
-import signal
-import statistics
-import subprocess
-import sys
-import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.machine import machine_info  # noqa: F401  (every benchmark's, from here)
+from benchmarks.measure import (  # noqa: F401  (the benchmarks import them from here)
+    HZ,
+    REPO,
+    busy_s,
+    cpu_s,
+    engine_fingerprint,
+    median,
+    median_by_key,
+    pct,
+    peak_rss_mb,
+    proc_cpu_s,
+    proc_hwm_mb,
+    process_stats,
+    rss_mb,
+    spread,
+    step_ms,
+    tree_cpu_s,
+)
+from benchmarks.workers import (  # noqa: F401
+    Handler,
+    Worker,
+    close_all,
+    other_cores,
+    rotation,
+    serve,
+    wait_ready,
+    worker_env,
+)
 
-REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 NUM_DENSE = 13
 BOTTOM = [512, 256]  # + [dim]
 TOP = [512, 256, 1]
-HZ = os.sysconf("SC_CLK_TCK")
 
 Batch = dict[str, np.ndarray]  # values int64 (feature-major), lengths int64 [F*B], dense, labels
 
@@ -269,297 +287,6 @@ class GatedSource:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
-
-
-# ------------------------------------------------------------------------- process measurement
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def process_stats(info: dict[str, Any]) -> dict[str, Any]:
-    """A worker's reply to "stats": its peak and current RSS, and ``info`` from its contender."""
-    return {"peak_rss_mb": round(peak_rss_mb()), "rss_mb": round(rss_mb()), "info": info}
-
-
-def cpu_s() -> float:
-    """This process's CPU time (user + system), its threads included."""
-    t = os.times()
-    return t.user + t.system
-
-
-def busy_s() -> float:
-    """CPU seconds the whole machine has been busy (user nice system irq softirq, /proc/stat)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return (v[0] + v[1] + v[2] + v[5] + v[6]) / HZ
-
-
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of one process (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / HZ
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds of ``root`` and every live descendant, each with its reaped children's
-    (utime + stime + cutime + cstime): a process tree's total, data workers that came and went
-    and the processes of a fork server included."""
-    stats: dict[int, tuple[int, float]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            stats[int(entry.name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / HZ)
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += stats[pid][1]
-            todo.extend(children.get(pid, []))
-    return total
-
-
-def proc_hwm_mb(pid: int) -> float:
-    """Peak RSS of one process."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return float("nan")
-
-
-def engine_fingerprint(import_first: Iterable[str] = ()) -> str:
-    """Hash of every engine source file (others edit cosparse/ concurrently). A process takes it
-    at its start and later on: a file changed in between would make the processes of one run run
-    different code. ``import_first``: modules to import before hashing, so that the code this
-    process runs later is the code hashed."""
-    for m in import_first:
-        importlib.import_module(m)
-    root = REPO / "cosparse"
-    h = hashlib.sha1()
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:12]
-
-
-# ---------------------------------------------------------------------------------- statistics
-def median(xs: Iterable[float]) -> float:
-    xs = list(xs)
-    return float(statistics.median(xs)) if xs else float("nan")
-
-
-def pct(xs: Iterable[float], q: float) -> float:
-    """The ``q`` quantile, nearest rank."""
-    s = sorted(xs)
-    return s[int(round(q * (len(s) - 1)))] if s else float("nan")
-
-
-def spread(xs: list[float]) -> dict[str, Any]:
-    """Median, min, max, p25, p75 and the values themselves (rounds)."""
-    return {"median": round(median(xs)), "min": round(min(xs)), "max": round(max(xs)),
-            "p25": round(pct(xs, 0.25)), "p75": round(pct(xs, 0.75)), "rounds": [round(x) for x in xs]}
-
-
-def step_ms(step_s: list[float]) -> dict[str, Any]:
-    """``step_ms_p50`` and ``step_ms_p10_p90`` of step times in seconds."""
-    return {"step_ms_p50": round(1e3 * median(step_s), 1),
-            "step_ms_p10_p90": [round(1e3 * pct(step_s, q), 1) for q in (0.1, 0.9)]}
-
-
-def median_by_key(dicts: list[dict[str, float]], ndigits: int = 2) -> dict[str, float]:
-    """Per key (sorted), the median over ``dicts`` (a missing key counts 0)."""
-    keys = sorted({k for d in dicts for k in d})
-    return {k: round(median(d.get(k, 0.0) for d in dicts), ndigits) for k in keys}
-
-
-# ------------------------------------------------------------------------ the worker protocol
-Handler = Callable[[Any, dict[str, Any]], dict[str, Any]]
-
-
-def serve(setup: Callable[[], tuple[Any, dict[str, Any]]], commands: dict[str, Handler]) -> None:
-    """The worker's loop: build the contender, then answer one JSON line per command on stdin.
-
-    ``setup()`` builds the contender (its data included) and returns it with the fields of the
-    "ready" message. ``commands[op](contender, cmd)`` answers ``{"cmd": op, ...}``; the reply gets
-    ``wall_s`` and ``cpu_s`` (this process's CPU time) of the call. ``quit`` closes the contender
-    (its ``close()``, when it has one) and answers ``bye``; the contender is also closed when stdin
-    ends and on SIGTERM. A failure is answered ``{"error": ...}``, its traceback on stderr (the
-    parent's log of this worker). Replies go to the original stdout; fd 1 is pointed at stderr so
-    that library prints cannot corrupt the protocol.
-    """
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    # a SIGTERM from the parent must still run the `finally` below (e.g. stop child processes)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
-    def send(msg: dict[str, Any]) -> None:
-        proto.write(json.dumps(msg) + "\n")
-        proto.flush()
-
-    def fail(e: BaseException) -> None:
-        import traceback
-
-        traceback.print_exc()
-        send({"error": f"{type(e).__name__}: {e}"})
-
-    c: Any = None
-    try:
-        try:
-            c, ready = setup()
-            send({"ready": True, **ready, "pid": os.getpid()})
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
-            fail(e)
-            return
-        for line in sys.stdin:
-            cmd = json.loads(line)
-            try:
-                op = cmd["cmd"]
-                if op == "quit":
-                    _close(c)
-                    c = None
-                    send({"bye": True})
-                    return
-                if op not in commands:
-                    raise ValueError(f"unknown command {op!r}")
-                c0, w0 = cpu_s(), time.perf_counter()
-                res = commands[op](c, cmd)
-                res["wall_s"] = time.perf_counter() - w0
-                res["cpu_s"] = cpu_s() - c0
-                send(res)
-            except BaseException as e:  # noqa: BLE001 - reported to the parent
-                fail(e)
-    finally:
-        _close(c)
-
-
-def _close(c: Any) -> None:
-    close = getattr(c, "close", None)
-    if close is not None:
-        close()
-
-
-class Worker:
-    """The parent's handle on one contender's process (``python -m module *args``), which runs
-    ``serve``. Its stderr goes to a log file that is shown when it fails."""
-
-    def __init__(self, name: str, module: str, args: list[str], env: dict[str, str],
-                 python: str = sys.executable) -> None:
-        self.name = name
-        self.log = tempfile.NamedTemporaryFile(
-            "w+", prefix=f"bench_{name}_", suffix=".log", delete=False
-        )
-        self.proc = subprocess.Popen(
-            [python, "-m", module, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.log, text=True, bufsize=1, env=env, cwd=str(REPO),
-        )
-        self.ready: dict[str, Any] = {}
-
-    def recv(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.name} exited (rc={self.proc.poll()}):\n{self.log_tail()}")
-        msg = json.loads(line)
-        if "error" in msg:
-            raise RuntimeError(f"worker {self.name} failed: {msg['error']}\n{self.log_tail()}")
-        return msg
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self.recv()
-
-    def call_busy(self, **cmd: Any) -> tuple[dict[str, Any], float]:
-        """``call``, and the CPU seconds the whole machine was busy meanwhile."""
-        b0 = busy_s()
-        r = self.call(**cmd)
-        return r, busy_s() - b0
-
-    def log_tail(self, n: int = 4000) -> str:
-        self.log.flush()
-        try:
-            return Path(self.log.name).read_text()[-n:]
-        except OSError:
-            return ""
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.call(cmd="quit")
-                self.proc.wait(timeout=30)
-        except Exception:  # noqa: BLE001 - best effort
-            pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-        os.unlink(self.log.name)
-
-
-def worker_env(threads: int) -> dict[str, str]:
-    """The workers' environment: OpenMP and numba limited to ``threads`` (0: their defaults)."""
-    env = dict(os.environ)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-        env["NUMBA_NUM_THREADS"] = str(threads)
-    return env
-
-
-def close_all(workers: dict[str, Worker]) -> None:
-    for w in workers.values():
-        w.close()
-
-
-def wait_ready(workers: dict[str, Worker], describe: Callable[[dict[str, Any]], str],
-               checksum: str | None = None) -> None:
-    """Receive every worker's "ready" message (the workers set up concurrently, untimed) and check
-    that they all hold the same data (``checksum``: the parent's)."""
-    for n, w in workers.items():
-        w.ready = w.recv()
-        if checksum is not None and w.ready["checksum"] != checksum:
-            raise RuntimeError(f"worker {n} loaded different data")
-        print(f"  {n}: ready ({describe(w.ready)})", flush=True)
-    sums = {n: w.ready["checksum"] for n, w in workers.items()}
-    if len(set(sums.values())) != 1:
-        raise RuntimeError(f"workers generated different data: {sums}")
-
-
-def rotation(names: Iterable[str], r: int) -> list[str]:
-    """Round ``r``'s order: the contenders with the start rotated by ``r``."""
-    names = list(names)
-    k = r % len(names)
-    return names[k:] + names[:k]
-
-
-def other_cores(busy: float, r: dict[str, Any], own_s: float = 0.0) -> float:
-    """Cores other processes used during a call: the machine's busy CPU seconds (``call_busy``)
-    minus the worker's own (``r["cpu_s"]``, and ``own_s``: e.g. its children's), over its wall time.
-    Values near 1 mean another job held a core: a noise flag."""
-    return max(0.0, busy - r["cpu_s"] - own_s) / max(r["wall_s"], 1e-9)
 
 
 # ------------------------------------------------------------------------------ command line
