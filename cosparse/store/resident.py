@@ -12,6 +12,7 @@ from cosparse.optim import NonFiniteUpdate, SparseOptimizer, state_width
 from cosparse.store import kernels
 from cosparse.store.dedup import map_ids
 from cosparse.store.hashmap import IdMap
+from cosparse.store.prefault import SpareRows
 from cosparse.store.types import BatchPlan, DeliveredRowSource, RowSource, TableCounters
 from cosparse.waits import CountedLock
 
@@ -166,6 +167,7 @@ class ResidentTable(SlabRows):
         if max_bytes is not None:
             rows = max(1, min(rows, max_bytes // self.row_bytes))
         self._slab_np: np.ndarray | None = None
+        self._spare: SpareRows | None = None
         self.slab = self._alloc(rows)
 
     # --- storage ------------------------------------------------------------------------
@@ -181,6 +183,10 @@ class ResidentTable(SlabRows):
         if self.device.type == "cpu":
             # numpy-allocated slabs get transparent huge pages; torch.from_numpy shares them.
             self._slab_np = np.empty((rows, self.width), dtype=np.float32)
+            if self._spare is not None:
+                self._spare.close()
+            self._spare = SpareRows(self._slab_np)  # new rows' pages, faulted in ahead
+            self._spare.ahead(self.ids.size, 0)
             return torch.from_numpy(self._slab_np)
         return torch.empty(rows, self.width, dtype=torch.float32, device=self.device)
 
@@ -214,6 +220,8 @@ class ResidentTable(SlabRows):
                 new_slots = np.arange(first_new, n, dtype=np.int64)
                 new_ids = unique[slots >= first_new]
                 self._init_rows(new_slots, new_ids)
+                if self._spare is not None:
+                    self._spare.ahead(n, n - first_new)
         return slots
 
     def initial_rows(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
