@@ -161,14 +161,16 @@ def sparse_batches(w: Workload, raw: list[Batch]) -> list[Any]:
     return out
 
 
-def table_configs(w: Workload) -> list[Any]:
-    """cosparse's tables: table ``t{i}`` holds feature ``f{i}``, sum pooling, row-wise Adagrad."""
+def table_configs(w: Workload, vocab: str = "dynamic") -> list[Any]:
+    """cosparse's tables: table ``t{i}`` holds feature ``f{i}``, sum pooling, row-wise Adagrad;
+    ``vocab: fixed`` takes the IDs (already below ``rows``) as row numbers."""
     from cosparse.config import OptimizerConfig, TableConfig
 
     return [
         TableConfig(name=f"t{i}", dim=w.dim, features=[f"f{i}"], pooling="sum",
                     optimizer=OptimizerConfig(kind="rowwise_adagrad", lr=w.lr, eps=w.eps),
-                    num_embeddings=w.rows)
+                    num_embeddings=w.rows, vocab=vocab,
+                    hash_size=w.rows if vocab == "fixed" else None)
         for i in range(w.tables)
     ]
 

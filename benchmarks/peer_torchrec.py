@@ -6,7 +6,7 @@ with row-wise Adagrad fused into backward (apply_optimizer_in_backward(torchrec 
 torch.optim.Adagrad on the dense parameters (KeyedOptimizerWrapper + CombinedOptimizer).
 
 It is bench_inmemory's fourth contender, in a process of its own: it takes the workload from
-benchmarks.common and the contender interface and worker loop from benchmarks.bench_inmemory (both
+benchmarks.common and the contender interface and worker loop from benchmarks.inmemory_worker (both
 import only numpy at module level; .venv-peers has no cosparse), so the data is bit-identical (the
 parent compares checksums). Run standalone from the repository root for a quick check:
 ``.venv-peers/bin/python -m benchmarks.peer_torchrec --selftest``.
@@ -23,8 +23,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from benchmarks.bench_inmemory import BenchConfig, Contender, serve_contender
 from benchmarks.common import BOTTOM, NUM_DENSE, TOP, Batch, make_batches, upstream_grads
+from benchmarks.inmemory_worker import BenchConfig, Contender, serve_contender
 
 
 class TorchRecContender(Contender):

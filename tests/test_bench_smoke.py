@@ -34,8 +34,12 @@ def test_bench_inmemory_tiny(tmp_path: Path) -> None:
         assert res[key] > 0, key
     assert set(res["embedding_ms"]) >= {"cosparse", "torch"}
     assert all(v > 0 for v in res["embedding_ms"].values())
-    assert set(res["peak_rss_mb"]) == {"cosparse", "cosparse_inline", "torch", "dense_bound",
-                                       "builtin", "api"}
+    assert set(res["peak_rss_mb"]) == {"cosparse", "cosparse_inline", "cosparse_fixed", "torch",
+                                       "dense_bound", "builtin", "api"}
+    # the fixed vocabulary trains the dynamic one's numbers (the same batches, the same seed)
+    fixed = res["contenders"]["cosparse_fixed"]
+    assert fixed["loss_last"] == res["contenders"]["cosparse"]["loss_last"]
+    assert fixed["embedding_ms"] > 0 and res["ratio_paired_cosparse_fixed_vs_cosparse"] > 0
     assert res["dense_bound_samples_per_s"] > 0 and res["contenders"]["dense_bound"]["embedding_ms"] is None
     assert res["over_dense_bound"] == round(
         res["cosparse_samples_per_s"] / res["dense_bound_samples_per_s"], 3)

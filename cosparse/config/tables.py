@@ -48,6 +48,10 @@ class TableConfig:
     # themselves; validate_store refuses it there)
     num_embeddings: int | None = None
     hash_size: int | None = None  # only when set: IDs are taken modulo this (fixed-size table)
+    # fixed: the IDs are dense row numbers below hash_size (which it needs); an all-resident table
+    # then skips the ID map and creates its hash_size rows at start-up (other placements keep
+    # their maps: the rows are the same). dynamic: rows are created as IDs first appear
+    vocab: Literal["dynamic", "fixed"] = "dynamic"
     policy: Literal["lru", "lfu", "hotness"] | None = None  # overrides store.device.policy
     # set by column-wise sharding (``cosparse.parallel``), never by hand: the whole row's column of
     # this shard's column 0, so that a shard's initial values are those columns of the whole row
@@ -86,6 +90,9 @@ def validate_tables(cfg: Config) -> None:
         seen_tables.add(t.name)
         if not t.features and not cfg.features.spec:  # a spec fills them from its consumer
             raise ConfigError(f"{k}.features: table '{t.name}' has no features")
+        if t.vocab == "fixed" and t.hash_size is None:
+            raise ConfigError(f"{k}.vocab: 'fixed' takes the IDs modulo {k}.hash_size, the "
+                              f"number of rows: set it (e.g. hash_size: 1000000)")
         if t.features == "auto":
             _check_shared_as(t, k)
             _check_auto(cfg, k, autos)

@@ -76,8 +76,11 @@ def with_bags(unique: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, mean
 
 
 def map_ids(ids: np.ndarray, hash_size: int | None) -> np.ndarray:
-    """A table's row keys for raw IDs: the optional modulo of ``hash_size``, else the IDs."""
-    return ids if hash_size is None else np.remainder(ids, hash_size)
+    """A table's row keys for raw IDs: the optional modulo of ``hash_size``, else the IDs (IDs
+    already in ``0 .. hash_size - 1`` are their own keys: two reductions instead of a division)."""
+    if hash_size is None or (ids.shape[0] and ids.min() >= 0 and ids.max() < hash_size):
+        return ids
+    return np.remainder(ids, hash_size)
 
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

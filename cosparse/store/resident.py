@@ -186,7 +186,7 @@ class ResidentTable(SlabRows):
             if self._spare is not None:
                 self._spare.close()
             self._spare = SpareRows(self._slab_np)  # new rows' pages, faulted in ahead
-            self._spare.ahead(self.ids.size, 0)
+            self._spare.ahead(self.num_rows, 0)
             return torch.from_numpy(self._slab_np)
         return torch.empty(rows, self.width, dtype=torch.float32, device=self.device)
 
@@ -313,4 +313,14 @@ def resident_tables(tables: list[TableConfig], device: torch.device,
                     budget_bytes: int | None = None) -> dict[str, ResidentTable]:
     """Every table all-resident on ``device``, each in its share of ``budget_bytes`` if given."""
     share = budget_shares(tables, budget_bytes) if budget_bytes is not None else {}
-    return {t.name: ResidentTable(t, device, share.get(t.name)) for t in tables}
+    return {t.name: resident_table(t, device, share.get(t.name)) for t in tables}
+
+
+def resident_table(cfg: TableConfig, device: torch.device, max_bytes: int | None = None
+                   ) -> ResidentTable:
+    """An all-resident table: a ``FixedVocabTable`` for ``vocab: fixed``, else dynamic."""
+    if cfg.vocab == "fixed":
+        from cosparse.store.fixed_vocab import FixedVocabTable  # (a subclass of this module's)
+
+        return FixedVocabTable(cfg, device, max_bytes)
+    return ResidentTable(cfg, device, max_bytes)

@@ -15,7 +15,7 @@ import torch
 from cosparse.config import ConfigError, TableConfig
 from cosparse.ps import PSClient
 from cosparse.store.remote_batch import RemoteBatch
-from cosparse.store.resident import ResidentTable
+from cosparse.store.resident import resident_table
 from cosparse.store.tiered import TieredTable
 from cosparse.store.types import RemoteRows, TablePlacement, TierPlan
 from cosparse.supply.ps_direct import PSCachedTable, PSDirectTable
@@ -33,7 +33,7 @@ def tiered_tables(tables: list[TableConfig], device: torch.device, plans: dict[s
     for t in tables:
         p = plans.get(t.name)
         if p is None:
-            out[t.name] = ResidentTable(t, device)
+            out[t.name] = resident_table(t, device)
             continue
         out[t.name] = TieredTable(
             t, device, p.device_rows, p.host_rows, p.spill, p.device_policy, p.host_policy,
