@@ -134,3 +134,26 @@ def test_l2_decays_touched_rows_with_zero_gradient_as_the_rule_says(kind):
                               torch.zeros(slots.shape[0], out[l2].shape[1] - dim), lr, 1e-8, l2,
                               step)
     np.testing.assert_allclose(got, ref.numpy(), rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize("l2", [0.0, 0.05])
+def test_rowwise_adagrad_four_rows_at_a_time_is_one_at_a_time_bit_for_bit(l2):
+    """The batch kernel takes row-wise Adagrad's rows four at a time (a quad with a row not
+    admitted, and a tail of three, go one at a time): every row as the one-row update makes it."""
+    rng = np.random.default_rng(1)
+    opt = SparseOptimizer(OptimizerConfig(kind="rowwise_adagrad", lr=0.1, eps=1e-6, l2=l2))
+    dim, n_rows, u = 64, 100, 23
+    slab = rng.normal(size=(n_rows, dim + 1)).astype(np.float32)
+    slab[:, dim] = np.abs(slab[:, dim])
+    slots = rng.choice(n_rows, u, replace=False).astype(np.int64)
+    slots[9] = -1  # not admitted: trains nothing
+    w = np.ascontiguousarray(slab[np.maximum(slots, 0), :dim])
+    s = np.ascontiguousarray(slab[np.maximum(slots, 0), dim:])
+    g = rng.normal(size=(u, dim)).astype(np.float32)
+    batch, alone = slab.copy(), slab.copy()
+    opt.update(w, s, g, 1, batch, slots)
+    for i in range(u):
+        opt.update(w[i : i + 1], s[i : i + 1], g[i : i + 1], 1, alone, slots[i : i + 1])
+    assert np.array_equal(batch, alone)
+    untouched = np.setdiff1d(np.arange(n_rows), slots)
+    assert np.array_equal(batch[untouched], slab[untouched])

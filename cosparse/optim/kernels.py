@@ -100,6 +100,41 @@ def _rowwise_adagrad_apply(slab, r, g, gu, dim, sq, inv_dim, lr, eps, l2):
 
 
 @numba.njit(inline="always")
+def rowwise_adagrad_4(w, s, g, dest, slots, u, dim, lr, eps, l2):
+    """``rowwise_adagrad_row`` on the gathered rows ``u .. u+3`` into ``dest[slots[u ..]]`` (all
+    four slots set), their squared-gradient sums interleaved as ``rowwise_adagrad_rows4``'s: each
+    row's sum runs in column order, so each row is bit-identical to ``rowwise_adagrad_row``'s."""
+    inv_dim = np.float32(1.0) / np.float32(dim)
+    sq0 = np.float32(0.0)
+    sq1 = np.float32(0.0)
+    sq2 = np.float32(0.0)
+    sq3 = np.float32(0.0)
+    for c in range(dim):
+        g0 = g[u, c] + l2 * w[u, c]
+        g1 = g[u + 1, c] + l2 * w[u + 1, c]
+        g2 = g[u + 2, c] + l2 * w[u + 2, c]
+        g3 = g[u + 3, c] + l2 * w[u + 3, c]
+        sq0 += g0 * g0
+        sq1 += g1 * g1
+        sq2 += g2 * g2
+        sq3 += g3 * g3
+    _rowwise_adagrad_into(w, s, g, dest, slots[u], u, dim, sq0, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_into(w, s, g, dest, slots[u + 1], u + 1, dim, sq1, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_into(w, s, g, dest, slots[u + 2], u + 2, dim, sq2, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_into(w, s, g, dest, slots[u + 3], u + 3, dim, sq3, inv_dim, lr, eps, l2)
+
+
+@numba.njit(inline="always")
+def _rowwise_adagrad_into(w, s, g, dest, r, u, dim, sq, inv_dim, lr, eps, l2):
+    """The second half of ``rowwise_adagrad_row`` for gathered row ``u`` into ``dest[r]``."""
+    acc = s[u, 0] + sq * inv_dim
+    scale = lr / (np.sqrt(acc) + eps)
+    for c in range(dim):
+        dest[r, c] = w[u, c] - scale * (g[u, c] + l2 * w[u, c])
+    dest[r, dim] = acc
+
+
+@numba.njit(inline="always")
 def adam_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2, beta1, beta2, corr1, corr2):
     one = np.float32(1.0)
     for c in range(dim):
@@ -145,12 +180,20 @@ def update_checked(kind, w, s, g, dest, slots, lr, eps, l2, beta1, beta2, corr1,
     dim = w.shape[1]
     width = dim + s.shape[1]
     bad = 0
-    for u in prange(w.shape[0]):
-        r = slots[u]
-        if r >= 0:  # a negative slot: a row that trains nothing (not admitted)
-            update_row(kind, w, s, 0, u, g, u, dest, r, dim, lr, eps, l2, beta1, beta2,
-                       corr1, corr2)
-            if not row_finite(dest, r, width):
+    quads = (w.shape[0] + 3) // 4  # row-wise Adagrad takes four rows at a time (ILP)
+    for q in prange(quads):
+        u0 = 4 * q
+        u1 = min(u0 + 4, w.shape[0])
+        if (kind == ROWWISE_ADAGRAD and u1 - u0 == 4 and slots[u0] >= 0 and slots[u0 + 1] >= 0
+                and slots[u0 + 2] >= 0 and slots[u0 + 3] >= 0):
+            rowwise_adagrad_4(w, s, g, dest, slots, u0, dim, lr, eps, l2)
+        else:
+            for u in range(u0, u1):
+                if slots[u] >= 0:  # a negative slot: a row that trains nothing (not admitted)
+                    update_row(kind, w, s, 0, u, g, u, dest, slots[u], dim, lr, eps, l2,
+                               beta1, beta2, corr1, corr2)
+        for u in range(u0, u1):
+            if slots[u] >= 0 and not row_finite(dest, slots[u], width):
                 bad += 1
     if bad > 0:  # undo: the rows as gathered
         for u in prange(w.shape[0]):
