@@ -97,6 +97,7 @@ class CosparseContender(Contender):
 
     def breakdown(self, start: int, n: int) -> dict[str, float]:
         """Embedding-only steps (prepare inline) with timers wrapped around cosparse internals."""
+        import numba
         import torch
 
         from cosparse.store import dedup, hashmap, resident
@@ -119,7 +120,7 @@ class CosparseContender(Contender):
             setattr(cls, meth, timed)
             patched.append((cls, meth, orig))
 
-        wrap(dedup.Deduper, "unique", "prepare.dedup")
+        wrap(dedup.Deduper, "_dedup", "prepare.dedup_cpu")
         wrap(dedup.Deduper, "prepare", "_deduper_prepare")
         wrap(hashmap.IdMap, "lookup_or_insert", "supply.vocab_lookup_insert")
         wrap(resident.ResidentTable, "slots_for", "_slots_for")
@@ -143,9 +144,8 @@ class CosparseContender(Contender):
                 setattr(cls, meth, orig)
         ms = {k: 1e3 * v / n for k, v in acc.items()}
         res = {
-            "prepare.dedup": ms.get("prepare.dedup", 0.0),
-            "prepare.transpose": ms.get("_deduper_prepare", 0.0) - ms.get("prepare.dedup", 0.0),
-            "prepare.other": ms.get("_prepare", 0.0) - ms.get("_deduper_prepare", 0.0),
+            # (the tables' ID work runs on the trainer's threads: ``cosparse.store.prep_threads``)
+            "prepare": ms.get("_prepare", 0.0),
             "supply.vocab_lookup_insert": ms.get("supply.vocab_lookup_insert", 0.0),
             "supply.init_new_rows": ms.get("_slots_for", 0.0) - ms.get("supply.vocab_lookup_insert", 0.0),
             "supply.gather": ms.get("supply.gather", 0.0),
@@ -157,6 +157,11 @@ class CosparseContender(Contender):
         }
         res = {k: round(v, 2) for k, v in res.items()}
         res["total"] = round(sum(res.values()), 2)
+        # thread time of the two parts of ``prepare`` (summed over its threads: not in the total)
+        res["prepare.dedup_cpu"] = round(ms.get("prepare.dedup_cpu", 0.0), 2)
+        res["prepare.transpose_cpu"] = round(ms.get("_deduper_prepare", 0.0)
+                                             - ms.get("prepare.dedup_cpu", 0.0), 2)
+        res["prepare_threads"] = numba.get_num_threads()
         res["unique_ids_per_table"] = round(float(np.mean(list(self.ec.unique_ids.values()))))
         res["rows_per_table"] = round(float(np.mean([t.num_rows for t in self.ec.tables.values()])))
         return res

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from cosparse.config import ConfigError, TableConfig, validate
+from cosparse.store.all_resident import resident_table
 from cosparse.store.fixed_vocab import FixedVocabTable
-from cosparse.store.resident import BudgetExceeded, ResidentTable, resident_table
+from cosparse.store.resident import BudgetExceeded, ResidentTable
 from cosparse.train.trainer import Trainer
 from tests.exactness import base_config, first_difference, run, tiered
 

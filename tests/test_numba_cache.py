@@ -49,8 +49,9 @@ def test_kernels_are_cached_in_the_folder_of_this_source_version(tmp_path: Path)
     code = ("import os, numpy as np, cosparse\n"
             "from cosparse.store import kernels\n"
             "ids = np.array([5, 3, 5], dtype=np.int64)\n"
-            "kernels.dedup(ids, np.zeros(16, np.int64), np.full(16, -1, np.int32),"
-            " np.empty(3, np.int64), np.empty(3, np.int64), np.empty(3, np.int64))\n"
+            "kernels.dedup(ids, np.full(32, -1, np.int64), np.uint64(60),"
+            " np.empty(3, np.int64), np.empty(3, np.int64), np.empty(3, np.int64),"
+            " np.empty(3, np.int64))\n"
             "print(os.environ['NUMBA_CACHE_DIR'])\n")
     folder = Path(_run(code, env))
     digest = numba_cache.source_digest(REPO / "cosparse")

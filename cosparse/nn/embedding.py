@@ -2,7 +2,8 @@
 
 It does not choose placements: a supply path builds them (``cosparse.supply``) and hands them
 in; by default every table is all-resident. ``prepare`` does the host-side ID work of a batch
-(dedup, inverse and transposed index): a pure function of the batch, so it can run ahead.
+(dedup, inverse and transposed index): a pure function of the batch, so it can run ahead; its
+tables are spread over the calling thread's numba threads (``cosparse.store.prep_threads``).
 ``stage`` plans a training batch in order through the ``CachePlanner`` (each table's
 ``plan``, then ``fill`` from its row sources; ``staged`` does both for a stream, reading a
 horizon of batches ahead). ``forward`` gathers the planned rows into a compact buffer and pools
@@ -31,10 +32,18 @@ from cosparse.config import TableConfig
 from cosparse.nn.pooled_lookup import pooled_lookup
 from cosparse.nn.types import Jagged, PreparedBatch
 from cosparse.store.admission import Admission
+from cosparse.store.all_resident import resident_tables
 from cosparse.store.dedup import Deduper, TableIds, table_ids
 from cosparse.store.planner import CachePlanner
-from cosparse.store.resident import resident_tables
+from cosparse.store.prep_threads import map_tables
 from cosparse.store.types import DeliveryHook, TableCounters, TablePlacement
+
+
+def _id_count(batch: SparseBatch, features: list[str]) -> int:
+    """How many IDs ``features`` have in ``batch`` (the size of their table's ID work)."""
+    b, offsets = batch.batch_size, batch.offsets
+    return sum(int(offsets[(k + 1) * b] - offsets[k * b])
+               for k in (batch.keys.index(f) for f in features))
 
 
 @dataclass
@@ -92,14 +101,20 @@ class EmbeddingCollection(nn.Module):
         """The ID work of each table for ``batch``; a table's that a data worker already did
         (``batch.prepared_ids``, architecture B) is used as it is."""
         t0 = time.perf_counter()
-        dedupers = getattr(self._local, "dedupers", None)
-        if dedupers is None:
-            dedupers = self._local.dedupers = {name: Deduper() for name in self.configs}
         done = batch.prepared_ids or {}
-        out: dict[str, TableIds] = {}
-        for name, cfg in self.configs.items():
-            out[name] = done.get(name) or table_ids(batch, cfg.features, cfg.hash_size,
-                                                    cfg.pooling, dedupers[name])
+        todo = [name for name in self.configs if not done.get(name)]
+
+        def ids_of(name: str) -> TableIds:
+            dedupers = getattr(self._local, "dedupers", None)  # (this thread's scratch)
+            if dedupers is None:
+                dedupers = self._local.dedupers = {n: Deduper() for n in self.configs}
+            cfg = self.configs[name]
+            return table_ids(batch, cfg.features, cfg.hash_size, cfg.pooling, dedupers[name])
+
+        work = map_tables(ids_of, todo, [_id_count(batch, self.configs[n].features)
+                                         for n in todo])
+        made = dict(zip(todo, work, strict=True))
+        out = {name: done.get(name) or made[name] for name in self.configs}
         return PreparedBatch(batch, out, (time.perf_counter() - t0) * 1e3, prep_at=t0)
 
     def stage(self, prepared: PreparedBatch, blocking: bool = True) -> PreparedBatch:

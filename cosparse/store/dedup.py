@@ -37,28 +37,41 @@ class Deduper:
     """Dedup with a reusable hash scratch (grown on demand, never cleared per batch)."""
 
     def __init__(self) -> None:
-        self._keys = np.zeros(0, dtype=np.int64)
-        self._vals = np.zeros(0, dtype=np.int32)
+        self._scratch_pairs = np.zeros(0, dtype=np.int64)
+        self._shift = np.uint64(64)
 
     def _scratch(self, n: int) -> None:
-        cap = 1 << max(4, int(2 * n).bit_length())
-        if self._keys.shape[0] < cap:
-            self._keys = np.zeros(cap, dtype=np.int64)
-            self._vals = np.full(cap, -1, dtype=np.int32)
+        bits = max(4, int(2 * n).bit_length())
+        if self._scratch_pairs.shape[0] < 2 << bits:
+            self._scratch_pairs = np.full(2 << bits, -1, dtype=np.int64)
+            self._shift = np.uint64(64 - bits)
 
-    def unique(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _dedup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         n = ids.shape[0]
         self._scratch(n)
         unique = np.empty(n, dtype=np.int64)
         inverse = np.empty(n, dtype=np.int64)
+        counts = np.empty(n, dtype=np.int64)
         used = np.empty(n, dtype=np.int64)
-        u = kernels.dedup(ids, self._keys, self._vals, used, unique, inverse)
-        return unique[:u], inverse
+        u = kernels.dedup(ids, self._scratch_pairs, self._shift, used, unique, inverse, counts)
+        return unique[:u], inverse, counts
+
+    def unique(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unique IDs in first-occurrence order and the inverse index."""
+        unique, inverse, _ = self._dedup(ids)
+        return unique, inverse
 
     def prepare(self, ids: np.ndarray, offsets: np.ndarray, mean: bool) -> TableIds:
-        unique, inverse = self.unique(ids)
-        return with_bags(unique, inverse, offsets, mean)
+        """The ID work of one table: dedup, then the transposed index from its counts."""
+        unique, inverse, counts = self._dedup(ids)
+        u, n = unique.shape[0], inverse.shape[0]
+        t_offsets = np.empty(u + 1, dtype=np.int64)
+        t_bags = np.empty(n, dtype=np.int64)
+        t_weights = np.empty(n, dtype=np.float32)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        kernels.transpose_counted(inverse, offsets, u, counts, mean, t_offsets, t_bags, t_weights)
+        return TableIds(unique, inverse, offsets, t_offsets, t_bags, t_weights)
 
 
 def with_bags(unique: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, mean: bool

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from cosparse.config import ConfigError, TableConfig
-from cosparse.optim import NonFiniteUpdate, SparseOptimizer, state_width
+from cosparse.config import TableConfig
+from cosparse.optim import NonFiniteUpdate, SparseOptimizer
 from cosparse.store import kernels
 from cosparse.store.dedup import map_ids
 from cosparse.store.hashmap import IdMap
@@ -291,36 +291,3 @@ class ResidentTable(SlabRows):
         if ids.shape[0] > self.capacity:
             self.slab = self._alloc(max(ids.shape[0], self.capacity))
         self.slab[: ids.shape[0]] = torch.from_numpy(rows).to(self.device)
-
-
-def budget_shares(tables: list[TableConfig], budget: int) -> dict[str, int]:
-    """Split a device budget by declared row bytes; fail at start-up if declared sizes overflow it."""
-    need = {
-        t.name: (t.num_embeddings or 0) * 4 * (t.dim + state_width(t.optimizer.kind, t.dim))
-        for t in tables
-    }
-    total = sum(need.values())
-    if total > budget:
-        raise ConfigError(
-            f"store.device.budget_bytes: {budget} bytes cannot hold the declared tables "
-            f"({total} bytes: " + ", ".join(f"{k}={v}" for k, v in need.items()) + ")"
-        )
-    spare = (budget - total) // max(len(tables), 1)  # a rank may hold no table
-    return {name: n + spare for name, n in need.items()}
-
-
-def resident_tables(tables: list[TableConfig], device: torch.device,
-                    budget_bytes: int | None = None) -> dict[str, ResidentTable]:
-    """Every table all-resident on ``device``, each in its share of ``budget_bytes`` if given."""
-    share = budget_shares(tables, budget_bytes) if budget_bytes is not None else {}
-    return {t.name: resident_table(t, device, share.get(t.name)) for t in tables}
-
-
-def resident_table(cfg: TableConfig, device: torch.device, max_bytes: int | None = None
-                   ) -> ResidentTable:
-    """An all-resident table: a ``FixedVocabTable`` for ``vocab: fixed``, else dynamic."""
-    if cfg.vocab == "fixed":
-        from cosparse.store.fixed_vocab import FixedVocabTable  # (a subclass of this module's)
-
-        return FixedVocabTable(cfg, device, max_bytes)
-    return ResidentTable(cfg, device, max_bytes)

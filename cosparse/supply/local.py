@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from cosparse.config import Config
-from cosparse.store.resident import resident_tables
+from cosparse.store.all_resident import resident_tables
 from cosparse.store.types import DeliveryHook, TablePlacement, TierPlan
 from cosparse.supply.placements import tiered_tables
 from cosparse.supply.types import PathContext

@@ -14,8 +14,8 @@ import torch
 
 from cosparse.config import ConfigError, TableConfig
 from cosparse.ps import PSClient
+from cosparse.store.all_resident import resident_table
 from cosparse.store.remote_batch import RemoteBatch
-from cosparse.store.resident import resident_table
 from cosparse.store.tiered import TieredTable
 from cosparse.store.types import RemoteRows, TablePlacement, TierPlan
 from cosparse.supply.ps_direct import PSCachedTable, PSDirectTable

@@ -9,7 +9,7 @@ one module per job:
 
 * ``hashing``: ``mix64``, a key's bucket, backward-shift deletion (shared by every hash table);
 * ``idmap``: the ID -> slot map (``map_*``);
-* ``batch``: per-batch ``dedup`` and ``transpose_bags``;
+* ``batch``: per-batch ``dedup`` and ``transpose_bags`` / ``transpose_counted``;
 * ``rows``: ``gather_rows``, ``init_rows``, ``take_rows`` / ``put_rows`` / ``move_rows``;
 * ``future``: the horizon, the latest batch beyond the pinned window that needs an ID
   (``future_enter`` / ``future_get`` / ``future_rehash``);
@@ -24,7 +24,7 @@ numba's cache notices a change to a kernel's own file only, not to the helpers i
 folder per version of the sources.
 """
 
-from cosparse.store.kernels.batch import dedup, transpose_bags
+from cosparse.store.kernels.batch import dedup, transpose_bags, transpose_counted
 from cosparse.store.kernels.eviction import (
     POLICY_HOTNESS,
     POLICY_LFU,
@@ -80,4 +80,5 @@ __all__ = [
     "take_rows",
     "touch",
     "transpose_bags",
+    "transpose_counted",
 ]
