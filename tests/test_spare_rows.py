@@ -60,3 +60,14 @@ def test_resident_rows_with_spare_rows_ahead() -> None:
         time.sleep(0.01)
     exported = table.export()
     np.testing.assert_array_equal(exported["rows"], table.initial_rows(exported["ids"]))
+
+
+@linux_only
+def test_first_rows_of_a_budgeted_slab_are_asked_for_once(monkeypatch) -> None:
+    monkeypatch.setattr(prefault, "FIRST_BYTES", 1 << 20)
+    slab = np.zeros((1 << 15, 64), dtype=np.float32)
+    spare = prefault.SpareRows(slab)
+    spare.first(slab.shape[0])
+    assert spare.frontier == (1 << 20) // slab.strides[0]  # at most FIRST_BYTES
+    spare.first(10)
+    assert spare.frontier == (1 << 20) // slab.strides[0]

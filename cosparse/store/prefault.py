@@ -26,6 +26,7 @@ import numpy as np
 MADV_POPULATE_WRITE = 23
 CHUNK_BYTES = 8 << 20  # one madvise call at a time: a closed slab stops within a chunk
 MIN_AHEAD_BYTES = 4 << 20  # populate at least this far past the used rows
+FIRST_BYTES = 256 << 20  # a budgeted slab's first rows populated when it is allocated
 
 _jobs: queue.SimpleQueue[tuple[SpareRows, int, int]] = queue.SimpleQueue()
 _worker: threading.Thread | None = None
@@ -94,6 +95,14 @@ class SpareRows:
             return
         self.frontier = hi
         _submit((self, lo, hi))
+
+    def first(self, rows: int) -> None:
+        """Populate the slab's first ``rows`` rows, at most ``FIRST_BYTES`` of them (a slab
+        whose free slots are handed out in order, sized by a budget)."""
+        hi = min(rows, self.slab.shape[0], max(1, FIRST_BYTES // self.row_bytes))
+        if self.enabled and not self.closed and hi > self.frontier:
+            lo, self.frontier = self.frontier, hi
+            _submit((self, lo, hi))
 
     def populate_range(self, lo: int, hi: int) -> None:
         """Rows ``lo .. hi`` (on the background thread), a chunk at a time."""

@@ -15,6 +15,7 @@ import torch
 
 from cosparse.store import kernels
 from cosparse.store.hashmap import IdMap
+from cosparse.store.prefault import SpareRows
 
 POLICIES = {"lru": kernels.POLICY_LRU, "lfu": kernels.POLICY_LFU, "hotness": kernels.POLICY_HOTNESS}
 
@@ -97,6 +98,7 @@ class Tier:
         self.horizon = horizon
         self.future = FutureUses()
         self.retired = np.zeros(0, dtype=np.int32)  # free slots taken out of use (resize)
+        self._spare: SpareRows | None = None
         self._alloc(capacity or initial_rows)
 
     def _alloc(self, cap: int) -> None:
@@ -113,9 +115,15 @@ class Tier:
         self.free = np.arange(cap - 1, -1, -1, dtype=np.int32)
         self.n_free = cap
         if self.device.type == "cpu":
-            # every slot is written before it is read, so the slab needs no zero fill
+            # every slot is written before it is read, so the slab needs no zero fill; its first
+            # pages are populated on a background thread (the free slots go out in order), so
+            # that rows arriving in the tier do not pay the first touch in the step
             self.slab_np: np.ndarray | None = np.empty((cap, self.width), dtype=np.float32)
             self.slab = torch.from_numpy(self.slab_np)
+            if self._spare is not None:
+                self._spare.close()
+            self._spare = SpareRows(self.slab_np)
+            self._spare.first(cap)
         else:
             self.slab_np = None
             self.slab = torch.zeros(cap, self.width, dtype=torch.float32, device=self.device)
