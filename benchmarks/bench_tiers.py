@@ -37,12 +37,9 @@ flags, hotness, horizon, in-flight pins, at their arrays' capacity) per live row
 from __future__ import annotations
 
 import argparse
-import cProfile
 import dataclasses
-import io
 import json
 import os
-import pstats
 import shutil
 import sys
 import tempfile
@@ -50,337 +47,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks import common
+from benchmarks.tiers_offline import (
+    build_traces,
+    engine_figures,
+    plan_only,
+    simulate_all,
+    steady_counters,
+)
+from benchmarks.tiers_worker import (
+    CONTENDERS,
+    ENGINE_MODULES,
+    POLICIES,
+    TARGETS,
+    TARGETS_MAX,
+    TIERED,
+    TiersConfig,
+    serve_tiers,
+)
 
-CONTENDERS = ("resident", "dev10_host100", "dev10_host25_spill")
-TIERED = CONTENDERS[1:]
-POLICIES = ("lru", "lfu", "hotness")
-TARGETS = {  # name -> minimum; never loosen
-    "tiered_over_resident": 0.8,
-    "tiered_over_resident_paired": 0.9,  # issue 17: device 10%, host 100%; the paired one counts
-    "spill_over_resident_paired": 0.85,  # issue 17: host 25% and spill
-    "policy_over_belady": 0.9,
-    "policy_over_popularity_oracle": 0.97,
-    "policy_over_bound": 0.97,
-}
-TARGETS_MAX = {  # name -> maximum; never loosen
-    "bytes_per_row_overhead": 24.0,  # the worst tiered contender
-}
-COUNTER_KEYS = ("lookups", "device_hits", "host_hits", "backing_hits", "fresh_rows",
-                "evictions_device", "evictions_host", "writebacks_device", "bytes_host_device",
-                "bytes_device_host", "bytes_backing_device", "bytes_host_backing")
-LINKS = {"host_device": "bytes_host_device", "device_host": "bytes_device_host",
-         "backing_device": "bytes_backing_device", "host_backing": "bytes_host_backing"}
-# imported before the engine sources are hashed: others may edit them mid-run, and the plan-only
-# passes must run the same code as the workers (the JSON records every process's hash)
-ENGINE_MODULES = ("cosparse.nn.embedding", "cosparse.models.dlrm", "cosparse.train.prefetch")
-
-
-# ------------------------------------------------------------------------------------- config
-@dataclasses.dataclass
-class TiersConfig(common.Workload):
-    warmup: int = 15  # untimed trained batches before round 0; also the hit-rate warm-up
-    steps: int = 10
-    rounds: int = 6
-    lookahead: int = 4
-    horizon: int = 32  # batches read beyond the pinned window; eviction passes over their rows
-    device_frac: float = 0.10
-    host_frac: float = 0.25
-    decay: float = 0.99
-    threads: int = 0
-    policy_passes: bool = True
-    device: str = "cpu"  # where the device tier and the model live (the host tier: the CPU)
-
-    @property
-    def n_train(self) -> int:
-        return self.warmup + self.rounds * self.steps
-
-    @property
-    def n_batches(self) -> int:  # one more: the last round prepares the batch after it
-        return self.n_train + 1
-
-    def round_start(self, r: int) -> int:
-        return self.warmup + r * self.steps
-
-    @property
-    def device_rows(self) -> int:
-        return max(1, int(round(self.rows * self.device_frac)))
-
-    @property
-    def host_rows(self) -> int:
-        return max(1, int(round(self.rows * self.host_frac)))
-
-
-# ----------------------------------------------------------------------------------- contenders
-def build_ec(cfg: TiersConfig, contender: str, policy: str = "hotness") -> Any:
-    import torch
-
-    from cosparse.nn.embedding import EmbeddingCollection
-    from cosparse.store.types import TierPlan
-    from cosparse.supply.placements import tiered_tables
-
-    tables = common.table_configs(cfg)
-    if contender == "resident":
-        return EmbeddingCollection(tables, device=cfg.device)
-    if contender == "dev10_host100":
-        plan = TierPlan(cfg.device_rows, None, False, device_policy=policy, decay=cfg.decay)
-    elif contender == "dev10_host25_spill":
-        plan = TierPlan(cfg.device_rows, cfg.host_rows, True, device_policy=policy, decay=cfg.decay)
-    else:
-        raise ValueError(f"unknown contender {contender!r}")
-    dev = torch.device(cfg.device)
-    placements = tiered_tables(tables, dev, {t.name: plan for t in tables})
-    return EmbeddingCollection(tables, dev, placements, lookahead=cfg.lookahead)
-
-
-def snapshot(ec: Any) -> dict[str, Any]:
-    """Cumulative counters per tiered table (+ lookahead shrinks), read on the planning thread."""
-    return {"tables": {n: c.as_dict() for n, c in ec.counters().items()},
-            "shrinks": int(ec.planner.shrinks)}
-
-
-# -------------------------------------------------------------------------------- the worker
-class TierContender:
-    """One contender: EC + DLRM, trained through one long-lived, gated Prefetcher."""
-
-    def __init__(self, name: str, cfg: TiersConfig, raw: list[common.Batch]) -> None:
-        import torch
-
-        from cosparse.train.prefetch import Prefetcher
-
-        common.set_numba_threads(cfg.threads)
-        self.name, self.cfg = name, cfg
-        torch.manual_seed(cfg.seed)
-        self.ec = build_ec(cfg, name)
-        self.model, self.opt = common.cosparse_dlrm(self.ec, cfg)
-        self.gate = common.GatedSource(common.sparse_batches(cfg, raw))
-        self.pf = Prefetcher(self.ec.staged(iter(self.gate), cfg.horizon), self._snap, cfg.lookahead)
-        self.it = iter(self.pf)
-        self.trained = 0
-        self.last_loss = float("nan")
-
-    def _snap(self, p: Any) -> Any:
-        p.bench_snap = snapshot(self.ec)  # right after this batch was planned, on this thread
-        return p
-
-    def train(self, start: int, n: int) -> dict[str, Any]:
-        if start != self.trained:
-            raise RuntimeError(f"{self.name}: asked to train from batch {start}, next is {self.trained}")
-        self.gate.allow(start + n + self.cfg.horizon)  # up to the horizon past the next round's first
-        stage0 = dict(self.ec.stage_ms)
-        wait0 = self.pf.wait_ms
-        times, snaps, plan_ms, prep_ms = [], {}, [], []
-        last = time.perf_counter()
-        for k in range(n):
-            p = next(self.it)
-            if p.batch.index != start + k:
-                raise RuntimeError(f"{self.name}: got batch {p.batch.index}, expected {start + k}")
-            loss = common.train_step(self.model, self.opt, self.ec, p)
-            common.sync(self.ec.device)
-            now = time.perf_counter()
-            times.append(now - last)
-            last = now
-            snaps[start + k] = p.bench_snap
-            plan_ms.append(p.plan_ms)
-            prep_ms.append(p.prep_ms)
-        self.trained += n
-        self.last_loss = float(loss.detach())
-        stage = {k: v - stage0.get(k, 0.0) for k, v in self.ec.stage_ms.items()}
-        return {"step_s": times, "loss": self.last_loss, "snaps": snaps, "plan_ms": plan_ms,
-                "prep_ms": prep_ms, "wait_ms": self.pf.wait_ms - wait0, "stage_ms": stage}
-
-    def stats(self) -> dict[str, Any]:
-        import numba
-        import torch
-
-        return {"hbm_share": self.ec.hbm_share(), "lookahead_shrinks": int(self.ec.planner.shrinks),
-                "torch_threads": torch.get_num_threads(), "numba_threads": numba.get_num_threads(),
-                "rows_per_table": int(np.mean([t.num_rows for t in self.ec.tables.values()])),
-                "memory_overhead": memory_overhead(self.ec)}
-
-    def close(self) -> None:
-        self.gate.stop()
-        self.ec.planner.cancel()
-        self.pf.close()
-        self.ec.planner.reset(self.trained)
-
-
-def memory_overhead(ec: Any) -> dict[str, Any] | None:
-    """Bytes per live row beyond the row and its optimizer state, summed over the tiered tables
-    (``memory_overhead`` of each: ID maps, slot maps, flags, hotness, horizon, pins in flight);
-    None for a contender without tiers."""
-    parts = [t.memory_overhead() for t in ec.tables.values() if hasattr(t, "memory_overhead")]
-    if not parts:
-        return None
-    tot = {k: sum(p[k] for p in parts) for k in parts[0]}
-    live = max(tot.pop("live_rows"), 1)
-    total = tot.pop("total")
-    return {"bytes_per_row": round(total / live, 2), "total_bytes": total, "live_rows": live,
-            "per_row_by_kind": {k: round(v / live, 2) for k, v in tot.items()}}
-
-
-def serve_tiers(name: str, cfg: TiersConfig, data: Path) -> None:
-    """Worker: load the batches the parent saved, build the contender, answer train / stats."""
-
-    def setup() -> tuple[TierContender, dict[str, Any]]:
-        common.set_threads(cfg.threads)
-        t0 = time.perf_counter()
-        fingerprint = common.engine_fingerprint(ENGINE_MODULES)
-        raw = common.load_batches(data)
-        checksum = common.data_checksum(raw)
-        rss_data = common.rss_mb()
-        c = TierContender(name, cfg, raw)
-        return c, {"checksum": checksum, "engine": fingerprint,
-                   "setup_s": round(time.perf_counter() - t0, 2), "rss_after_data_mb": round(rss_data)}
-
-    common.serve(setup, {"train": lambda c, cmd: c.train(cmd["start"], cmd["n"]),
-                         "stats": lambda c, cmd: common.process_stats(c.stats())})
-
-
-# ---------------------------------------------------------------------------- plan-only passes
-def plan_only(cfg: TiersConfig, sbs: list[Any], policy: str, profile: bool) -> dict[str, Any]:
-    """dev10_host100 with device ``policy``: prepare + stage + mark_done per trained batch."""
-    ec = build_ec(cfg, "dev10_host100", policy)
-    snaps, plan_ms = {}, []
-    pr = cProfile.Profile() if profile else None
-    staged = ec.staged(sbs[: cfg.n_batches], cfg.horizon)  # the same source as the trainers
-    for i in range(cfg.n_train):
-        steady = i >= cfg.warmup
-        if pr is not None and steady:
-            pr.enable()
-        p = next(staged)  # prepares the batch entering the horizon, plans batch i
-        if pr is not None and steady:
-            pr.disable()
-        ec.planner.mark_done()
-        snaps[i] = snapshot(ec)
-        if steady:
-            plan_ms.append(p.plan_ms)
-    out: dict[str, Any] = {"snaps": snaps, "plan_ms": plan_ms, "hbm_share": ec.hbm_share()}
-    if pr is not None:
-        out["profile"] = profile_table(pr, cfg.n_train - cfg.warmup)
-    return out
-
-
-def profile_table(pr: cProfile.Profile, n: int, top: int = 15) -> dict[str, Any]:
-    st = pstats.Stats(pr, stream=io.StringIO())
-    rows = []
-    for (fn, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
-        short = fn.split("/cosparse/")[-1] if "/cosparse/" in fn else Path(fn).name
-        rows.append({"func": f"{short}:{line}({func})", "calls_per_batch": round(nc / n, 1),
-                     "tottime_ms_per_batch": round(1e3 * tt / n, 2),
-                     "cumtime_ms_per_batch": round(1e3 * ct / n, 2)})
-    rows.sort(key=lambda r: -r["tottime_ms_per_batch"])
-    total = sum(r["tottime_ms_per_batch"] for r in rows)
-    return {"total_ms_per_batch": round(total, 2), "top_tottime": rows[:top]}
-
-
-# ------------------------------------------------------------------------------- figures
-def steady_counters(snaps: dict[Any, Any], cfg: TiersConfig) -> dict[str, dict[str, int]]:
-    """Per table: counters summed over the steady batches [warmup, n_train)."""
-    lo, hi = snaps.get(cfg.warmup - 1), snaps[cfg.n_train - 1]
-    out = {}
-    for t, c in hi["tables"].items():
-        base = lo["tables"][t] if lo is not None else dict.fromkeys(c, 0)
-        out[t] = {k: c[k] - base[k] for k in COUNTER_KEYS}
-    return out
-
-
-def engine_figures(snaps: dict[Any, Any], cfg: TiersConfig) -> dict[str, Any]:
-    per = steady_counters(snaps, cfg)
-    tot = {k: sum(p[k] for p in per.values()) for k in COUNTER_KEYS}
-    n = cfg.n_train - cfg.warmup
-    look = max(tot["lookups"], 1)
-    lo = snaps.get(cfg.warmup - 1, {"shrinks": 0})["shrinks"]
-    return {
-        "hit_rate_device": tot["device_hits"] / look,
-        "hit_rate_host": tot["host_hits"] / look,
-        "hit_rate_backing": tot["backing_hits"] / look,
-        "host_hits_over_device_misses": tot["host_hits"] / max(look - tot["device_hits"], 1),
-        "fresh_rows_per_lookup": tot["fresh_rows"] / look,
-        "hit_rate_device_per_table": {t: round(p["device_hits"] / max(p["lookups"], 1), 4)
-                                      for t, p in per.items()},
-        "unique_ids_per_table_per_batch": round(tot["lookups"] / n / max(len(per), 1)),
-        "bytes_per_batch": {link: round(tot[k] / n) for link, k in LINKS.items()},
-        "bytes_total_steady": {link: tot[k] for link, k in LINKS.items()},
-        "evictions_per_batch": {"device": round(tot["evictions_device"] / n, 1),
-                                "host": round(tot["evictions_host"] / n, 1)},
-        "writebacks_device_per_batch": round(tot["writebacks_device"] / n, 1),
-        "lookahead_shrinks": snaps[cfg.n_train - 1]["shrinks"] - lo,
-        "steady_batches": n,
-        "counters_steady": tot,
-    }
-
-
-def build_traces(cfg: TiersConfig, raw: list[common.Batch]) -> list[tuple[list[np.ndarray], int]]:
-    """Per table: the unique IDs of each trained batch, mapped to dense ints 0..V-1, and V."""
-    per_table: list[list[np.ndarray]] = [[] for _ in range(cfg.tables)]
-    for b in raw[: cfg.n_train]:
-        lens = b["lengths"].reshape(cfg.tables, cfg.batch).sum(axis=1)
-        off = np.concatenate([[0], np.cumsum(lens)])
-        for f in range(cfg.tables):
-            per_table[f].append(np.unique(b["values"][off[f]:off[f + 1]]))
-    out = []
-    for us in per_table:
-        vocab = np.unique(np.concatenate(us))
-        out.append(([np.searchsorted(vocab, u).astype(np.int64) for u in us], int(vocab.shape[0])))
-    return out
-
-
-def simulate_all(cfg: TiersConfig, traces: list[tuple[list[np.ndarray], int]]) -> dict[str, Any]:
-    """cosparse.tune on the same trace, capacity and warm-up as the engine's steady figures.
-
-    Demand (lookahead 0): hits over the steady batches (``hit_rate_warm`` with the warm-up set to the
-    engine's). Lookahead k: no-transfer fraction = 1 - (fetches for the steady batches) / lookups,
-    fetches for the steady batches = fetches(whole trace) - fetches(trace cut after the warm-up).
-    """
-    from cosparse.tune import CacheSimulator, Trace
-
-    class WarmSim(CacheSimulator):
-        def __init__(self, trace: Any, warm: int, counts: np.ndarray | None = None) -> None:
-            super().__init__(trace)
-            self._warm = warm
-            if counts is not None:
-                self._counts = counts
-
-        @property
-        def warmup_batches(self) -> int:
-            return self._warm
-
-    k, cap, w = cfg.lookahead, cfg.device_rows, cfg.warmup
-    runs = [(p, k) for p in (*POLICIES, "belady", "popularity_oracle")]
-    runs += [(p, 0) for p in (*POLICIES, "belady", "popularity_oracle")]
-    acc: dict[str, dict[str, float]] = {}
-    t0 = time.perf_counter()
-    for batches, num_ids in traces:
-        tr = Trace.from_batches(batches, num_ids)
-        full = WarmSim(tr, w)
-        pre = WarmSim(Trace(tr.ids[: tr.offsets[w]], tr.offsets[: w + 1].copy(), num_ids), w,
-                      full.total_counts())
-        for pol, kk in runs:
-            r = full.run(cap, pol, kk, cfg.decay)
-            name = f"{pol}_k{kk}"
-            a = acc.setdefault(name, dict.fromkeys(
-                ("lookups_warm", "hits_warm", "fetches_warm", "shrinks", "feasible"), 0.0))
-            if not r.feasible:
-                a["feasible"] += 1
-                continue
-            fp = pre.run(cap, pol, kk, cfg.decay).fetches if w > 0 else 0
-            a["lookups_warm"] += r.lookups_warm
-            a["hits_warm"] += r.hits_warm
-            a["fetches_warm"] += r.fetches - fp
-            a["shrinks"] += r.shrinks
-    out: dict[str, Any] = {}
-    for name, a in acc.items():
-        lw = max(a["lookups_warm"], 1)
-        out[name] = {"hit_rate_warm": round(a["hits_warm"] / lw, 4),
-                     "no_transfer_warm": round(1 - a["fetches_warm"] / lw, 4),
-                     "fetch_rate_warm": round(a["fetches_warm"] / lw, 4),
-                     "shrinks_sum_tables": int(a["shrinks"]),
-                     "infeasible_tables": int(a["feasible"])}
-    out["_sim_s"] = round(time.perf_counter() - t0, 1)
-    return out
+__all__ = ["TARGETS", "TARGETS_MAX", "TiersConfig", "main"]  # (the tests' and workers' names)
 
 
 # ------------------------------------------------------------------------------------ parent
