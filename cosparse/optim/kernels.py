@@ -54,83 +54,44 @@ def rowwise_adagrad_row(w, s, so, u, g, gu, dest, r, dim, lr, eps, l2):
     for c in range(dim):  # within-row reduction, fixed order
         gc = g[gu, c] + l2 * w[u, c]
         sq += gc * gc
+    _rowwise_adagrad_apply(w, s, so, u, g, gu, dest, r, dim, sq, inv_dim, lr, eps, l2)
+
+
+@numba.njit(inline="always")
+def rowwise_adagrad_4(w, s, so, u0, u1, u2, u3, g, gu, dest, r0, r1, r2, r3, dim, lr, eps, l2):
+    """``rowwise_adagrad_row`` on four distinct rows (``w[u0..u3]``, gradients ``g[gu .. gu+3]``,
+    into ``dest[r0..r3]``), their squared-gradient sums interleaved: each row's sum still runs in
+    column order with the same float32 operations, so each row is bit-identical to
+    ``rowwise_adagrad_row``'s; the four independent chains of additions keep the CPU busy where
+    one chain waits on each addition's latency. In place on a slab: ``w``, ``s`` and ``dest``
+    are the slab, ``so = dim`` and ``u_k = r_k``."""
+    inv_dim = np.float32(1.0) / np.float32(dim)
+    sq0 = np.float32(0.0)
+    sq1 = np.float32(0.0)
+    sq2 = np.float32(0.0)
+    sq3 = np.float32(0.0)
+    for c in range(dim):
+        g0 = g[gu, c] + l2 * w[u0, c]
+        g1 = g[gu + 1, c] + l2 * w[u1, c]
+        g2 = g[gu + 2, c] + l2 * w[u2, c]
+        g3 = g[gu + 3, c] + l2 * w[u3, c]
+        sq0 += g0 * g0
+        sq1 += g1 * g1
+        sq2 += g2 * g2
+        sq3 += g3 * g3
+    _rowwise_adagrad_apply(w, s, so, u0, g, gu, dest, r0, dim, sq0, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_apply(w, s, so, u1, g, gu + 1, dest, r1, dim, sq1, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_apply(w, s, so, u2, g, gu + 2, dest, r2, dim, sq2, inv_dim, lr, eps, l2)
+    _rowwise_adagrad_apply(w, s, so, u3, g, gu + 3, dest, r3, dim, sq3, inv_dim, lr, eps, l2)
+
+
+@numba.njit(inline="always")
+def _rowwise_adagrad_apply(w, s, so, u, g, gu, dest, r, dim, sq, inv_dim, lr, eps, l2):
+    """The second half of ``rowwise_adagrad_row``, given row ``u``'s squared-gradient sum."""
     acc = s[u, so] + sq * inv_dim
     scale = lr / (np.sqrt(acc) + eps)
     for c in range(dim):
         dest[r, c] = w[u, c] - scale * (g[gu, c] + l2 * w[u, c])
-    dest[r, dim] = acc
-
-
-@numba.njit(inline="always")
-def rowwise_adagrad_rows4(slab, slots, i, g, dim, lr, eps, l2):
-    """``rowwise_adagrad_row`` on four rows of ``slab`` in place (``slots[i .. i+3]``, distinct,
-    with gradients ``g[i .. i+3]``), their squared-gradient sums interleaved: each row's sum
-    still runs in column order with the same float32 operations, so each row is bit-identical
-    to ``rowwise_adagrad_row``'s; the four independent chains of additions keep the CPU busy
-    where one chain waits on each addition's latency."""
-    r0, r1, r2, r3 = slots[i], slots[i + 1], slots[i + 2], slots[i + 3]
-    inv_dim = np.float32(1.0) / np.float32(dim)
-    sq0 = np.float32(0.0)
-    sq1 = np.float32(0.0)
-    sq2 = np.float32(0.0)
-    sq3 = np.float32(0.0)
-    for c in range(dim):
-        g0 = g[i, c] + l2 * slab[r0, c]
-        g1 = g[i + 1, c] + l2 * slab[r1, c]
-        g2 = g[i + 2, c] + l2 * slab[r2, c]
-        g3 = g[i + 3, c] + l2 * slab[r3, c]
-        sq0 += g0 * g0
-        sq1 += g1 * g1
-        sq2 += g2 * g2
-        sq3 += g3 * g3
-    _rowwise_adagrad_apply(slab, r0, g, i, dim, sq0, inv_dim, lr, eps, l2)
-    _rowwise_adagrad_apply(slab, r1, g, i + 1, dim, sq1, inv_dim, lr, eps, l2)
-    _rowwise_adagrad_apply(slab, r2, g, i + 2, dim, sq2, inv_dim, lr, eps, l2)
-    _rowwise_adagrad_apply(slab, r3, g, i + 3, dim, sq3, inv_dim, lr, eps, l2)
-
-
-@numba.njit(inline="always")
-def _rowwise_adagrad_apply(slab, r, g, gu, dim, sq, inv_dim, lr, eps, l2):
-    """The second half of ``rowwise_adagrad_row`` on ``slab[r]`` in place, given its sum ``sq``."""
-    acc = slab[r, dim] + sq * inv_dim
-    scale = lr / (np.sqrt(acc) + eps)
-    for c in range(dim):
-        slab[r, c] = slab[r, c] - scale * (g[gu, c] + l2 * slab[r, c])
-    slab[r, dim] = acc
-
-
-@numba.njit(inline="always")
-def rowwise_adagrad_4(w, s, g, dest, slots, u, dim, lr, eps, l2):
-    """``rowwise_adagrad_row`` on the gathered rows ``u .. u+3`` into ``dest[slots[u ..]]`` (all
-    four slots set), their squared-gradient sums interleaved as ``rowwise_adagrad_rows4``'s: each
-    row's sum runs in column order, so each row is bit-identical to ``rowwise_adagrad_row``'s."""
-    inv_dim = np.float32(1.0) / np.float32(dim)
-    sq0 = np.float32(0.0)
-    sq1 = np.float32(0.0)
-    sq2 = np.float32(0.0)
-    sq3 = np.float32(0.0)
-    for c in range(dim):
-        g0 = g[u, c] + l2 * w[u, c]
-        g1 = g[u + 1, c] + l2 * w[u + 1, c]
-        g2 = g[u + 2, c] + l2 * w[u + 2, c]
-        g3 = g[u + 3, c] + l2 * w[u + 3, c]
-        sq0 += g0 * g0
-        sq1 += g1 * g1
-        sq2 += g2 * g2
-        sq3 += g3 * g3
-    _rowwise_adagrad_into(w, s, g, dest, slots[u], u, dim, sq0, inv_dim, lr, eps, l2)
-    _rowwise_adagrad_into(w, s, g, dest, slots[u + 1], u + 1, dim, sq1, inv_dim, lr, eps, l2)
-    _rowwise_adagrad_into(w, s, g, dest, slots[u + 2], u + 2, dim, sq2, inv_dim, lr, eps, l2)
-    _rowwise_adagrad_into(w, s, g, dest, slots[u + 3], u + 3, dim, sq3, inv_dim, lr, eps, l2)
-
-
-@numba.njit(inline="always")
-def _rowwise_adagrad_into(w, s, g, dest, r, u, dim, sq, inv_dim, lr, eps, l2):
-    """The second half of ``rowwise_adagrad_row`` for gathered row ``u`` into ``dest[r]``."""
-    acc = s[u, 0] + sq * inv_dim
-    scale = lr / (np.sqrt(acc) + eps)
-    for c in range(dim):
-        dest[r, c] = w[u, c] - scale * (g[u, c] + l2 * w[u, c])
     dest[r, dim] = acc
 
 
@@ -186,7 +147,8 @@ def update_checked(kind, w, s, g, dest, slots, lr, eps, l2, beta1, beta2, corr1,
         u1 = min(u0 + 4, w.shape[0])
         if (kind == ROWWISE_ADAGRAD and u1 - u0 == 4 and slots[u0] >= 0 and slots[u0 + 1] >= 0
                 and slots[u0 + 2] >= 0 and slots[u0 + 3] >= 0):
-            rowwise_adagrad_4(w, s, g, dest, slots, u0, dim, lr, eps, l2)
+            rowwise_adagrad_4(w, s, 0, u0, u0 + 1, u0 + 2, u0 + 3, g, u0, dest, slots[u0],
+                              slots[u0 + 1], slots[u0 + 2], slots[u0 + 3], dim, lr, eps, l2)
         else:
             for u in range(u0, u1):
                 if slots[u] >= 0:  # a negative slot: a row that trains nothing (not admitted)

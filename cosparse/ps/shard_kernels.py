@@ -43,7 +43,7 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from cosparse.optim.kernels import ROWWISE_ADAGRAD, row_finite, rowwise_adagrad_rows4, update_row
+from cosparse.optim.kernels import ROWWISE_ADAGRAD, row_finite, rowwise_adagrad_4, update_row
 from cosparse.store.kernels.hashing import EMPTY, erase_at, first_empty, mix64, probe, probe_hashed
 from cosparse.store.kernels.rows import init_row, init_seed
 from cosparse.store.kernels.variants import variant
@@ -273,7 +273,9 @@ def _push(keys, vals, new_ids, slab, versions, flags, size, ids, grads, shard, n
                 prefetch_row(slab, slots[j])
             for j in range(4 * q, 4 * q + 4):
                 _copy_row(slab, slots[j], undo, j)
-            rowwise_adagrad_rows4(slab, slots, 4 * q, grads, dim, lr, eps, l2)
+            r0, r1, r2, r3 = slots[4 * q], slots[4 * q + 1], slots[4 * q + 2], slots[4 * q + 3]
+            rowwise_adagrad_4(slab, slab, dim, r0, r1, r2, r3, grads, 4 * q, slab, r0, r1, r2, r3,
+                              dim, lr, eps, l2)
             for j in range(4 * q, 4 * q + 4):
                 if not row_finite(slab, slots[j], width):
                     marks[j] = 4
