@@ -9,6 +9,12 @@ by the engine's ``Deduper``, every unique ID given a distinct random slot of a `
   ``F.embedding_bag`` over it (``cosparse.nn.pooled_lookup``'s forward).
 * ``lookup.fused``: one numba kernel pooling each bag straight from the slab by slot (no compact
   buffer), the candidate of issue 35's item 3. Checked bit-identical to ``lookup.engine`` (sum).
+* ``update.engine``: the backward as the engine runs it (``F.embedding_bag`` over the transposed
+  index into a row-gradient buffer, ``cosparse.nn.pooled_lookup``) then ``update_checked``'s
+  row-wise Adagrad from the gathered rows into the slab.
+* ``update.fused``: one numba kernel summing each unique row's gradient from the pooled
+  gradients, in sample order, and applying row-wise Adagrad to the slab in the same pass (the
+  other half of item 3). Checked bit-identical to ``update.engine``, sum and mean pooling.
 * ``init.fresh`` / ``init.populated`` / ``memset``: ``initial_rows`` of a step's new rows into a
   slab's fresh pages, into pages ``cosparse.store.prefault`` populated first, and a memset of the
   same bytes into populated pages.
@@ -30,6 +36,7 @@ from numba import prange
 
 from benchmarks import common
 from benchmarks.inmemory_worker import BenchConfig
+from cosparse.optim import kernels as optim_kernels
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -42,6 +49,102 @@ def pool_from_slab(slab, slots, inverse, offsets, dim, out):
             r = slots[inverse[j]]
             for c in range(dim):
                 out[b, c] += slab[r, c]
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def backward_rowwise_adagrad(w, s, grad_out, t_offsets, t_bags, t_weights, mean, slab, slots,
+                             lr, eps, l2):
+    """Row u's gradient (its occurrences' pooled gradients, in order, times ``t_weights`` when
+    ``mean``) summed into a four-row scratch, then row-wise Adagrad from ``w``/``s`` into
+    ``slab[slots[u]]``: the backward and the update in one pass, no row-gradient buffer."""
+    dim = w.shape[1]
+    for q in prange((w.shape[0] + 3) // 4):
+        g = np.zeros((4, dim), dtype=np.float32)
+        u0 = 4 * q
+        n = min(4, w.shape[0] - u0)
+        for k in range(n):
+            for j in range(t_offsets[u0 + k], t_offsets[u0 + k + 1]):
+                wt = np.float64(t_weights[j])
+                for c in range(dim):
+                    if mean:  # as FBGEMM's weighted sum: the product exact, as in a fused multiply-add
+                        g[k, c] = np.float32(wt * grad_out[t_bags[j], c] + g[k, c])
+                    else:
+                        g[k, c] += grad_out[t_bags[j], c]
+        if n == 4:
+            optim_kernels.rowwise_adagrad_4(w, s, 0, u0, u0 + 1, u0 + 2, u0 + 3, g, 0, slab,
+                                            slots[u0], slots[u0 + 1], slots[u0 + 2],
+                                            slots[u0 + 3], dim, lr, eps, l2)
+        else:
+            for k in range(n):
+                optim_kernels.rowwise_adagrad_row(w, s, 0, u0 + k, g, k, slab, slots[u0 + k],
+                                                  dim, lr, eps, l2)
+
+
+def update_work(cfg: BenchConfig, pooling: str, rng: np.random.Generator) -> list[tuple]:
+    """Per table: its slab, the batch's ID work, distinct random slots, random pooled gradients
+    and the rows and state as gathered (the undo copy the update reads)."""
+    import torch
+
+    from cosparse.store.dedup import Deduper, table_ids
+    from cosparse.store.kernels import gather_rows
+    from cosparse.store.resident import ResidentTable
+
+    batch = common.sparse_batches(cfg, common.make_batches(cfg, 1))[0]
+    work = []
+    for t in (ResidentTable(t, torch.device("cpu")) for t in common.table_configs(cfg)):
+        ids = table_ids(batch, t.cfg.features, None, pooling, Deduper())
+        slab = t.slab_array
+        slab[: cfg.rows, : t.dim] = rng.standard_normal((cfg.rows, t.dim), dtype=np.float32)
+        slab[: cfg.rows, t.dim:] = np.float32(0.1)
+        slots = rng.choice(cfg.rows, ids.num_unique, replace=False).astype(np.int64)
+        grad_out = 0.01 * rng.standard_normal((ids.offsets.shape[0] - 1, t.dim),
+                                              dtype=np.float32)
+        w = np.empty((ids.num_unique, t.dim), dtype=np.float32)
+        s = np.empty((ids.num_unique, t.width - t.dim), dtype=np.float32)
+        gather_rows(slab, slots, t.dim, w, s)
+        work.append((slab, ids, slots, grad_out, w, s))
+    return work
+
+
+_HYPER = (np.float32(0.01), np.float32(1e-8), np.float32(0.0))  # lr, eps, l2
+
+
+def update_engine(work: list[tuple], mean: bool) -> None:
+    """The engine's backward (transposed ``embedding_bag``) then its ``update_checked``."""
+    import torch
+    import torch.nn.functional as F
+
+    one = np.float32(1.0)
+    for slab, ids, slots, grad_out, w, s in work:
+        g = F.embedding_bag(torch.from_numpy(ids.t_bags), torch.from_numpy(grad_out),
+                            torch.from_numpy(ids.t_offsets), mode="sum",
+                            per_sample_weights=torch.from_numpy(ids.t_weights) if mean else None,
+                            include_last_offset=True)
+        optim_kernels.update_checked(optim_kernels.ROWWISE_ADAGRAD, w, s, g.numpy(), slab, slots,
+                                     *_HYPER, one, one, one, one)
+
+
+def update_fused(work: list[tuple], mean: bool) -> None:
+    for slab, ids, slots, grad_out, w, s in work:
+        backward_rowwise_adagrad(w, s, grad_out, ids.t_offsets, ids.t_bags, ids.t_weights, mean,
+                                 slab, slots, *_HYPER)
+
+
+def update_case(cfg: BenchConfig, repeats: int) -> dict[str, Any]:
+    rng = np.random.default_rng(cfg.seed)
+    out: dict[str, Any] = {}
+    for pooling in ("mean", "sum"):  # timed below: the last, sum pooling (bench_inmemory's)
+        work, mean = update_work(cfg, pooling, rng), pooling == "mean"
+        update_engine(work, mean)  # (each pass writes the same rows from the same w, s)
+        by_engine = [slab[slots].copy() for slab, _, slots, *_ in work]
+        update_fused(work, mean)
+        out[f"update_bit_identical_{pooling}"] = all(
+            np.array_equal(a, slab[slots])
+            for a, (slab, _, slots, *_) in zip(by_engine, work, strict=True))
+    times = alternate({"update.engine": lambda: update_engine(work, mean),
+                       "update.fused": lambda: update_fused(work, mean)}, repeats)
+    return {**out, **times, "update_fused_over_engine": round(times["update.fused"]
+                                                              / times["update.engine"], 3)}
 
 
 def lookup_case(cfg: BenchConfig, repeats: int) -> dict[str, Any]:
@@ -155,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "numba_threads": numba.get_num_threads()},
                            "machine": common.machine_info()}
     out.update(lookup_case(cfg, repeats))
+    out.update(update_case(cfg, repeats))
     out.update(init_case(cfg, min(a.new_rows, cfg.rows), repeats))
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     for k, v in out.items():
