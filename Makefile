@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS := .venv-peers
+QUALITY := .venv-quality
 
 .PHONY: demo test test-fast lint bench peers wheelhouse clean
 
@@ -39,6 +40,10 @@ peers:
 	$(PEERS)/bin/pip install --quiet torch==2.13.0 fbgemm-gpu-cpu==1.8.0 tensordict torchmetrics==1.0.3 tqdm pyre-extensions numpy==2.4.6
 	$(PEERS)/bin/pip install --quiet --no-deps torchrec==1.8.0
 	$(PEERS)/bin/python -c "import torch, fbgemm_gpu, torchrec; print('peers:', torch.__version__, torchrec.__version__)"
+	test -x $(QUALITY)/bin/python || $(PY) -m venv $(QUALITY)
+	$(QUALITY)/bin/pip install --quiet torch==2.13.0 numpy==2.4.6 pandas==2.3.3 scikit-learn==1.7.2 tqdm==4.67.1
+	$(QUALITY)/bin/pip install --quiet --no-deps torch-rechub==0.9.0
+	$(QUALITY)/bin/python -c "import torch, torch_rechub; print('quality peers: torch-rechub', torch_rechub.__version__ if hasattr(torch_rechub, '__version__') else '0.9.0')"
 
 # the wheels benchmarks/gpu_check.sh installs on a CUDA machine without network: the project's
 # and its dev extra's dependencies, not torch (that machine has its own). Build it for that machine's
@@ -51,4 +56,4 @@ wheelhouse: $(STAMP)
 	$(BIN)/pip download --dest $(WHEELHOUSE) $(WHEEL_ARGS) -c constraints.txt -r $(WHEELHOUSE)/requirements.txt
 
 clean:
-	rm -rf $(VENV) $(PEERS) build *.egg-info
+	rm -rf $(VENV) $(PEERS) $(QUALITY) build *.egg-info

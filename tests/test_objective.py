@@ -143,7 +143,7 @@ def test_gauc_by_hand():
     (lambda c: c["data"]["columns"].update(dense=["w"]),
      r"data\.columns\.dense: column 'w' is already"),
     (lambda c: c["model"].update(kind="dlrm"),
-     r"objective\.tasks: the built-in models \(model\.kind\) train one task"),
+     r"objective\.tasks: model\.kind 'dlrm' trains one task"),
     (lambda c: c["train"].update(early_stop={"metric": "auc.watch"}),
      r"train\.early_stop\.metric: 'auc\.watch' is not one of \['auc\.ctr', 'logloss\.ctr', "
      r"'gauc\.ctr', 'mse\.watch'"),

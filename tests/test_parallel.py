@@ -37,6 +37,7 @@ from cosparse.parallel.types import PSSupply, TableStats
 from cosparse.train.trainer import Trainer
 from cosparse.tune.hotness import fetch_curve
 from tests.proctree import descendants, wait_gone
+from tests.torchrun import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-6
@@ -159,21 +160,7 @@ def _torchrun(ranks: int, cases: list[dict], tmp: Path, timeout_s: float) -> Non
     children, when it overruns."""
     path = tmp / f"cases{ranks}.json"
     path.write_text(json.dumps(cases))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-           str(ROOT / "tests/parallel_cases.py"), str(path), str(tmp)]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kids = descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        wait_gone(kids, 10)
-        pytest.fail(f"{ranks}-rank run did not finish in {timeout_s} s:\n{out[-4000:]}")
-    assert proc.returncode == 0, f"{ranks}-rank run failed:\n{out[-6000:]}"
+    run_ranks(ROOT / "tests/parallel_cases.py", [str(path), str(tmp)], timeout_s, ranks)
 
 
 def _ckpt(cfg: dict, root: Path, steps: int, every: int = 0) -> dict:

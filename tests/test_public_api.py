@@ -7,8 +7,6 @@ collaborative (architecture B); a save and resume continues the same numbers; an
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,7 +20,7 @@ from torch import nn
 
 import cosparse
 from cosparse.config import ConfigError, switch_preset
-from tests.proctree import descendants, wait_gone
+from tests.torchrun import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 PS = {"embedded": True, "num_shards": 2}
@@ -144,22 +142,8 @@ def test_two_ranks_train_the_user_model_as_one_process_does(tmp_path):
     table row-wise: rows per ID, exact); losses and dense weights within the parallelism
     tolerance (1e-6 relative: DDP sums the dense gradients in another order)."""
     out = tmp_path / "rank0.pt"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-           str(ROOT / "tests/public_ranks.py"),
-           json.dumps({"items": "table_wise", "history": "row_wise"}), str(out)]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
-    try:
-        log, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        kids = descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        wait_gone(kids, 10)
-        pytest.fail(f"the 2-rank run did not finish in 120 s:\n{log[-4000:]}")
-    assert proc.returncode == 0, f"the 2-rank run failed:\n{log[-6000:]}"
+    run_ranks(ROOT / "tests/public_ranks.py",
+              [json.dumps({"items": "table_wise", "history": "row_wise"}), str(out)], 120)
     got, ref = torch.load(out), reference()
     assert got["metrics"]["world_size"] == 2
     np.testing.assert_allclose(got["losses"], ref["losses"], rtol=1e-6)

@@ -8,10 +8,6 @@ parallelism tolerance, the loss summed over the global batch."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +23,7 @@ from cosparse.serving import load
 from cosparse.serving.program import export_model_program
 from cosparse.train.evaluate import joined_batches
 from cosparse.train.placements import CHECKED
-from tests.proctree import descendants, wait_gone
+from tests.torchrun import run_ranks
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 6
@@ -105,22 +101,8 @@ def test_two_ranks_train_it_as_one_process_does(csv, tmp_path):
     row-wise; each rank's summed loss over the global batch size, so the losses, metrics and
     dense weights match one process within float tolerance (sums in another order)."""
     out = tmp_path / "rank0.pt"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-           str(ROOT / "tests/full_model_ranks.py"), str(csv),
-           json.dumps({"ids": "table_wise", "history": "row_wise"}), str(out)]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
-    try:
-        log, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        kids = descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        wait_gone(kids, 10)
-        pytest.fail(f"the 2-rank run did not finish in 120 s:\n{log[-4000:]}")
-    assert proc.returncode == 0, f"the 2-rank run failed:\n{log[-6000:]}"
+    run_ranks(ROOT / "tests/full_model_ranks.py",
+              [str(csv), json.dumps({"ids": "table_wise", "history": "row_wise"}), str(out)], 120)
     got = torch.load(out)
     ref, _, _, dense = _fit_python(mapping(csv))
     assert got["metrics"]["world_size"] == 2

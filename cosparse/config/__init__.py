@@ -28,6 +28,7 @@ from cosparse.config.load import config_from_mapping, load_config, read_config_m
 from cosparse.config.mapping import set_dotted
 from cosparse.config.model import DenseOptimizerConfig, DINConfig, ModelConfig
 from cosparse.config.models import ModelEntry, model_config
+from cosparse.config.multitask import MultiTaskConfig
 from cosparse.config.parallel import ParallelConfig, ShardingKind
 from cosparse.config.presets import PRESETS, apply_preset, switch_preset
 from cosparse.config.root import Config, FeaturesConfig, NetworkConfig
@@ -56,6 +57,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DINConfig",
+    "MultiTaskConfig",
     "ColumnsConfig",
     "CsvConfig",
     "DataConfig",

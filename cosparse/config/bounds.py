@@ -133,6 +133,11 @@ BOUNDS: dict[str, Bound] = {
     "model.cross_rank": WIDTH,
     "model.din.attention[*]": WIDTH,
     "model.din.mlp[*]": WIDTH,
+    "model.multitask.experts": Bound(0, 1000),  # (MMoE needs one: validate_multitask)
+    "model.multitask.specific": Bound(1, 1000),
+    "model.multitask.levels": Bound(1, 100),
+    "model.multitask.expert[*]": WIDTH,
+    "model.multitask.tower[*]": WIDTH,
     "model.dropout": FRACTION,
     "model.dense_optimizer.lr": AT_LEAST_0,  # 0: a frozen dense model (exactness checks)
     "model.dense_optimizer.weight_decay": AT_LEAST_0,

@@ -8,6 +8,7 @@ from cosparse.config.data import validate_data
 from cosparse.config.errors import ConfigError
 from cosparse.config.model import validate_model
 from cosparse.config.models import model_config, validate_models
+from cosparse.config.multitask import MULTITASK_KINDS
 from cosparse.config.objective import objective_of, validate_metric, validate_objective
 from cosparse.config.parallel import validate_parallel
 from cosparse.config.root import Config
@@ -40,10 +41,13 @@ def validate(cfg: Config, tables_later: bool = False) -> Config:
                           "read without a feature spec (features.spec) and for one model "
                           "(no models:)")
     tasks = objective_of(cfg.objective).tasks
-    if (cfg.model.kind is not None or cfg.models) and list(tasks) != ["label"]:
-        raise ConfigError(f"objective.tasks: the built-in models (model.kind) train one task, "
-                          f"named label; got {sorted(tasks)} (several tasks: a model of your own "
-                          "through cosparse.Trainer)")
+    one_task = cfg.models or (cfg.model.kind is not None
+                              and cfg.model.kind not in MULTITASK_KINDS)
+    if one_task and list(tasks) != ["label"]:
+        raise ConfigError(f"objective.tasks: model.kind '{cfg.model.kind}' trains one task, "
+                          f"named label; got {sorted(tasks)} (several tasks: model.kind "
+                          f"{', '.join(MULTITASK_KINDS)}, or a model of your own through "
+                          "cosparse.Trainer)")
     if cfg.data.stream is not None and not objective_of(cfg.objective).default:
         raise ConfigError("objective: a data.stream run's progressive validation scores one "
                           "binary task, label; several tasks train on files (data.path)")

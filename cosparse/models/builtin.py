@@ -1,7 +1,8 @@
 """``model.kind``: shorthand for the zoo's factory ``cosparse.models.<kind>:build``, its
 arguments taken from the model section (``bottom``, ``top``; ``deep``; ``cross_layers``,
-``cross_rank``; ``din.*``; ``dropout``). The trainer trains the model it builds as it trains any
-model on the public API, behind an ``EngineModel``."""
+``cross_rank``; ``din.*``; ``multitask.*`` with the objective's tasks; ``dropout``). The trainer
+trains the model it builds as it trains any model on the public API, behind an
+``EngineModel``."""
 
 from __future__ import annotations
 
@@ -11,19 +12,33 @@ from typing import Any
 import torch
 from torch import nn
 
-from cosparse.config import Config, ConfigError, ModelConfig
-from cosparse.models import dcn, deepfm, din, dlrm
+from cosparse.config import Config, ConfigError
+from cosparse.config.multitask import esmm_tasks
+from cosparse.config.objective import objective_of
+from cosparse.models import dcn, deepfm, din, dlrm, esmm, mmoe, ple
 from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.engine_model import EngineModel
 
 FACTORIES: dict[str, Callable[..., nn.Module]] = {
-    "dlrm": dlrm.build, "deepfm": deepfm.build, "dcn": dcn.build, "din": din.build}
+    "dlrm": dlrm.build, "deepfm": deepfm.build, "dcn": dcn.build, "din": din.build,
+    "mmoe": mmoe.build, "ple": ple.build, "esmm": esmm.build}
 
 
-def builtin_args(m: ModelConfig) -> dict[str, Any]:
-    """The factory's ``args`` of model section ``m``."""
-    if m.kind == "dlrm":
-        args: dict[str, Any] = {"bottom": m.bottom, "top": m.top}
+def builtin_args(cfg: Config) -> dict[str, Any]:
+    """The factory's ``args`` of ``cfg.model`` (a multi-task model's tasks: the objective's)."""
+    m = cfg.model
+    t = m.multitask
+    if m.kind == "mmoe":
+        args: dict[str, Any] = {"tasks": list(objective_of(cfg.objective).tasks),
+                                "experts": t.experts, "expert": t.expert, "tower": t.tower}
+    elif m.kind == "ple":
+        args = {"tasks": list(objective_of(cfg.objective).tasks), "levels": t.levels,
+                "experts": t.experts, "specific": t.specific, "expert": t.expert,
+                "tower": t.tower}
+    elif m.kind == "esmm":
+        args = {"tasks": esmm_tasks(cfg), "tower": t.tower}
+    elif m.kind == "dlrm":
+        args = {"bottom": m.bottom, "top": m.top}
     elif m.kind in ("deepfm", "dcn"):
         args = {"deep": m.deep}
         if m.kind == "dcn":
@@ -44,8 +59,9 @@ def build_model(cfg: Config, num_dense: int, device: torch.device) -> EngineMode
         raise ConfigError("model.kind: not set, so the model is your own: train it through "
                           "cosparse.Trainer(model, config), or name a built-in model "
                           f"({', '.join(FACTORIES)})")
-    model = EngineModel(FACTORIES[kind](cfg.tables, num_dense, **builtin_args(cfg.model)),
-                        seed=cfg.train.seed)
+    objective = objective_of(cfg.objective)
+    model = EngineModel(FACTORIES[kind](cfg.tables, num_dense, **builtin_args(cfg)),
+                        None if objective.default else list(objective.tasks), cfg.train.seed)
     # with tiers the trainer swaps in a tiered collection once it has sized the tiers
     budget = None if cfg.store.tiered else cfg.store.device.budget_bytes
     model.ec = EmbeddingCollection(cfg.tables, device=device, budget_bytes=budget,  # type: ignore[arg-type]

@@ -36,6 +36,15 @@ class PooledModel(nn.Module):
         pooled = self.embeddings(batch)
         return self.interact(batch.dense, [pooled[f] for f in self.features]).squeeze(-1)
 
+    def input_width(self, num_dense: int) -> int:
+        """The width of ``inputs``: the dense inputs and every feature's pooled embedding."""
+        return num_dense + sum(self.embeddings.dim_of(f) for f in self.features)
+
+    def inputs(self, batch: Batch) -> torch.Tensor:
+        """[B, input_width]: the dense inputs, then each feature's pooled embedding in order."""
+        pooled = self.embeddings(batch)
+        return torch.cat([batch.dense, *(pooled[f] for f in self.features)], dim=1)
+
 
 def tower_dropout(p: Any) -> TowerDropout | None:
     """``model.args.dropout``: the towers' dropout, its masks seeded from the run's
@@ -44,6 +53,31 @@ def tower_dropout(p: Any) -> TowerDropout | None:
         raise ConfigError(f"model.args.dropout: the towers' dropout rate must be in [0, 1), "
                           f"got {p!r}")
     return TowerDropout(float(p)) if p else None
+
+
+def count(key: str, value: Any, least: int) -> int:
+    """``model.args.<key>``: an integer of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"model.args.{key}: an integer of at least {least}, got {value!r}")
+    return value
+
+
+def task_names(tasks: Any) -> list[str]:
+    """``model.args.tasks``: the objective's task names, one or more, distinct, each a plain
+    word (the key of its output)."""
+    if (isinstance(tasks, (str, bytes)) or not isinstance(tasks, Sequence) or not tasks
+            or any(not isinstance(t, str) or not t or "." in t for t in tasks)
+            or len(set(tasks)) != len(tasks)):
+        raise ConfigError(f"model.args.tasks: the objective's task names, one or more, "
+                          f"distinct (objective.tasks), got {tasks!r}")
+    return list(tasks)
+
+
+def hidden_sizes(key: str, sizes: Any) -> list[int]:
+    """``model.args.<key>``: a tower's hidden widths, none or more (an empty list: the tower is
+    one linear layer)."""
+    empty = isinstance(sizes, Sequence) and not isinstance(sizes, (str, bytes)) and not sizes
+    return [] if empty else layer_sizes(key, sizes)
 
 
 def layer_sizes(key: str, sizes: Any) -> list[int]:

@@ -1,0 +1,153 @@
+"""Model quality against the libraries a team would pick instead (issue 36): per model family,
+cosparse's model and the peer's same model with the same hyperparameters, on the same data and
+split, over several seeds, in one run.
+
+Families (``--family``, default all that are built):
+
+* ``multitask``: cosparse's MMoE (``configs/taobao_mmoe.yaml``, every table at dim 16) against
+  torch-rechub 0.9.0's ``MMOE`` on the Taobao UserBehavior log, tasks click / cart_fav / buy
+  (``benchmarks/quality_multitask.py``, ``benchmarks/peer_rechub.py``). Also: the same towers
+  trained one task at a time, and cosparse's run on the tiered and collaborative placements,
+  which must equal the resident run bit for bit.
+
+Per family the JSON has ``ours`` and ``peer`` (each task's AUC, their mean, samples/s, per
+seed), ``diff`` (ours - peer, the mean AUC over tasks, averaged over seeds, paired by seed),
+``diff_se`` (its standard error over the seeds) and ``speed_over_peer`` (training samples/s,
+ours over the peer's, medians over seeds). The peer runs in ``.venv-quality`` (``make peers``);
+without it the peer's figures are null, with the reason.
+
+``--quick`` (under 60 s): 2 seeds of 40 steps, one placement; the full run: 3 seeds of a whole
+epoch (261 steps) and both placements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common, quality_multitask
+
+QUALITY_VENV = common.REPO / ".venv-quality"
+FAMILIES = ("multitask",)
+# training samples/s over the peer's, at least; never loosen (issue 36's goal)
+SPEED_GOAL = 1.5
+
+
+def mean_auc(auc: dict[str, float]) -> float:
+    return statistics.fmean(auc.values())
+
+
+def se(values: list[float]) -> float:
+    """The standard error of the mean of ``values`` (0 for one value)."""
+    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+
+
+def run_peer(family: str, args: list[str], timeout_s: float) -> tuple[list[dict] | None, str]:
+    """The peer's JSON lines (one per seed) from .venv-quality, or None and why not."""
+    python = QUALITY_VENV / "bin/python"
+    if not python.exists():
+        return None, f"{QUALITY_VENV.name} is absent: run `make peers`"
+    cmd = [str(python), "-m", "benchmarks.peer_rechub", "--family", family, *args]
+    try:
+        done = subprocess.run(cmd, cwd=common.REPO, capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None, f"the peer ran past {timeout_s:.0f} s"
+    if done.returncode != 0:
+        return None, f"the peer failed (exit {done.returncode}): {done.stderr[-1500:]}"
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")], ""
+
+
+def multitask(steps: int | None, seeds: list[int]) -> dict[str, Any]:
+    q = quality_multitask
+    ours = []
+    for seed in seeds:
+        got = q.train(q.mapping(steps, seed))
+        print(f"multitask: cosparse MMoE seed {seed}: {got['auc']} "
+              f"{got['samples_per_s']:.0f} samples/s", flush=True)
+        ours.append({"seed": seed, "auc": got["auc"], "samples_per_s": got["samples_per_s"]})
+    raw = q.mapping(steps, seeds[0])
+    single = {t: q.train(q.one_task(raw, t))["auc"][t] for t in raw["objective"]["tasks"]}
+    print(f"multitask: one task at a time: {single}", flush=True)
+    placements = q.placements_equal(raw, ("tiered",) if steps else ("tiered", "collaborative"))
+    print(f"multitask: placements equal to resident: {placements}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="cosparse-quality-") as tmp:
+        data = Path(tmp) / "samples.npz"
+        vocab = q.export_samples(raw, data)
+        peer, why = run_peer("multitask", ["--data", str(data), "--vocab", json.dumps(vocab),
+                                           "--seeds", ",".join(map(str, seeds))],
+                             timeout_s=300 if steps else 1200)
+    out: dict[str, Any] = {
+        "data": "taobao-userbehavior/UserBehavior_head84k.csv, last 20% of events evaluate",
+        "steps": steps or "one epoch", "seeds": seeds,
+        "ours": {"runs": ours, "mean_auc": statistics.fmean(mean_auc(r["auc"]) for r in ours)},
+        "single_task": {"auc": single, "mean_auc": mean_auc(single),
+                        "mmoe_mean_auc_same_seed": mean_auc(ours[0]["auc"])},
+        "placements_equal_resident": placements, "peer": None, "peer_why": why or None,
+        "diff": None, "diff_se": None, "speed_over_peer": None}
+    if peer is not None:
+        diffs = [mean_auc(o["auc"]) - mean_auc(p["auc"]) for o, p in zip(ours, peer, strict=True)]
+        out["peer"] = {"library": "torch-rechub 0.9.0 MMOE", "runs": peer,
+                       "mean_auc": statistics.fmean(mean_auc(p["auc"]) for p in peer)}
+        out["diff"] = statistics.fmean(diffs)
+        out["diff_se"] = se(diffs)
+        out["speed_over_peer"] = (statistics.median(o["samples_per_s"] for o in ours)
+                                  / statistics.median(p["samples_per_s"] for p in peer))
+    return out
+
+
+def targets(fam: str, res: dict[str, Any]) -> list[str]:
+    """The TARGET lines of a family's goals."""
+    lines = []
+    if res["diff"] is not None:
+        ok = res["diff"] >= -res["diff_se"]
+        lines.append(f"TARGET {fam}.diff {res['diff']:+.4f} >= -diff_se ({res['diff_se']:.4f}): "
+                     f"{'PASS' if ok else 'MISS'}")
+        ok = res["speed_over_peer"] >= SPEED_GOAL
+        lines.append(f"TARGET {fam}.speed_over_peer {res['speed_over_peer']:.2f} >= {SPEED_GOAL}:"
+                     f" {'PASS' if ok else 'MISS'}")
+    else:
+        lines.append(f"TARGET {fam} against the peer: not measured ({res['peer_why']})")
+    if fam == "multitask":
+        s = res["single_task"]
+        ok = s["mmoe_mean_auc_same_seed"] >= s["mean_auc"]
+        lines.append(f"TARGET multitask mean AUC {s['mmoe_mean_auc_same_seed']:.4f} >= one task "
+                     f"at a time {s['mean_auc']:.4f}: {'PASS' if ok else 'MISS'}")
+    equal = all(res["placements_equal_resident"].values())
+    lines.append(f"TARGET {fam} placements equal resident: {'PASS' if equal else 'MISS'}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 seeds of 40 steps: < 60 s")
+    ap.add_argument("--tiny", action="store_true", help="smoke-test size: 2 seeds of 8 steps")
+    ap.add_argument("--family", choices=FAMILIES, action="append",
+                    help="a family to run (repeatable; default: all)")
+    ap.add_argument("--seeds", type=int, help="seeds per family (default 3, quick 2)")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args(argv)
+    seeds = list(range(a.seeds or (2 if a.quick or a.tiny else 3)))
+    steps = 8 if a.tiny else 40 if a.quick else None
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"quick": a.quick, "tiny": a.tiny, "machine": common.machine_info()}
+    for fam in a.family or FAMILIES:
+        out[fam] = multitask(steps, seeds)
+        for line in targets(fam, out[fam]):
+            print(line)
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(f"wall {out['wall_s']} s")
+    if a.json:
+        common.write_json(a.json, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

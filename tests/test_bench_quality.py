@@ -1,0 +1,28 @@
+"""Smoke test of benchmarks/bench_quality.py (``--tiny``, in this process): each family's
+figures are there, cosparse's placements equal its resident run, and the peer either ran
+(.venv-quality present) or says why not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_quality, quality_multitask
+
+
+@pytest.mark.skipif(not quality_multitask.TAOBAO.exists(), reason="the Taobao log is absent")
+def test_bench_quality_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "quality.json"
+    assert bench_quality.main(["--tiny", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())["multitask"]
+    assert [r["seed"] for r in res["ours"]["runs"]] == [0, 1]
+    assert sorted(res["ours"]["runs"][0]["auc"]) == ["buy", "cart_fav", "click"]
+    assert sorted(res["single_task"]["auc"]) == ["buy", "cart_fav", "click"]
+    assert res["placements_equal_resident"] == {"tiered": True}
+    if res["peer"] is None:
+        assert res["peer_why"] and res["diff"] is None
+    else:
+        assert len(res["peer"]["runs"]) == 2 and res["speed_over_peer"] > 0
+        assert res["diff_se"] >= 0
