@@ -37,6 +37,14 @@ def mapping(steps: int | None, seed: int) -> dict[str, Any]:
     return raw
 
 
+def epoch_steps() -> int:
+    """The steps of one epoch of the log (its training split's batches)."""
+    from cosparse.config import config_from_mapping
+    from cosparse.train.inputs import model_inputs
+
+    return model_inputs(config_from_mapping(mapping(None, 0))).train.num_batches
+
+
 def one_task(raw: dict[str, Any], task: str) -> dict[str, Any]:
     """The same model trained on ``task`` alone (its experts, one gate and one tower)."""
     raw = copy.deepcopy(raw)
@@ -71,7 +79,7 @@ def placements_equal(raw: dict[str, Any], names: tuple[str, ...]) -> dict[str, b
     from cosparse.train.placements import placement_configs
 
     cfg = config_from_mapping(raw)
-    configs = placement_configs(cfg, cfg.train.steps or 10**6)
+    configs = placement_configs(cfg, cfg.train.steps or epoch_steps())
     ref = train(configs["resident"])
     out = {}
     for name in names:
