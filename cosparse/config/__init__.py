@@ -31,6 +31,7 @@ from cosparse.config.models import ModelEntry, model_config
 from cosparse.config.multitask import MultiTaskConfig
 from cosparse.config.parallel import ParallelConfig, ShardingKind
 from cosparse.config.presets import PRESETS, apply_preset, switch_preset
+from cosparse.config.retrieval import TwoTowerConfig
 from cosparse.config.root import Config, FeaturesConfig, NetworkConfig
 from cosparse.config.sizes import parse_bytes
 from cosparse.config.store import (
@@ -90,6 +91,7 @@ __all__ = [
     "TableConfig",
     "TierConfig",
     "TrainConfig",
+    "TwoTowerConfig",
     "apply_preset",
     "config_from_mapping",
     "from_dict",

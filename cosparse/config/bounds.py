@@ -138,6 +138,7 @@ BOUNDS: dict[str, Bound] = {
     "model.multitask.levels": Bound(1, 100),
     "model.multitask.expert[*]": WIDTH,
     "model.multitask.tower[*]": WIDTH,
+    "model.two_tower.tower[*]": WIDTH,
     "model.dropout": FRACTION,
     "model.dense_optimizer.lr": AT_LEAST_0,  # 0: a frozen dense model (exactness checks)
     "model.dense_optimizer.weight_decay": AT_LEAST_0,
@@ -200,6 +201,7 @@ BOUNDS: dict[str, Bound] = {
     "train.health.stale_drop_rate": Bound(0, 1),
     "objective.tasks.*.weight": AT_LEAST_0,
     "objective.tasks.*.delta": POSITIVE,
+    "objective.tasks.*.temperature": POSITIVE,
 }
 
 

@@ -1,5 +1,5 @@
-"""The ``model`` section: the dense model (DLRM, DeepFM, DCN-v2, DIN, MMoE, PLE or ESMM) and
-its optimizer, and its rules, which also cover the tables it reads."""
+"""The ``model`` section: the dense model (DLRM, DeepFM, DCN-v2, DIN, MMoE, PLE, ESMM or a two
+tower) and its optimizer, and its rules, which also cover the tables it reads."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cosparse.config.errors import ConfigError
 from cosparse.config.multitask import MULTITASK_KINDS, MultiTaskConfig, validate_multitask
+from cosparse.config.retrieval import TwoTowerConfig, validate_two_tower
 
 if TYPE_CHECKING:
     from cosparse.config.root import Config
@@ -37,7 +38,8 @@ class DINConfig:
 class ModelConfig:
     # None: the model is the user's own (``cosparse.Trainer(model, config)``; ``cosparse.load_config``
     # leaves it unset when the config names no kind), and no built-in model's rules apply
-    kind: Literal["dlrm", "deepfm", "dcn", "din", "mmoe", "ple", "esmm"] | None = "dlrm"
+    kind: Literal["dlrm", "deepfm", "dcn", "din", "mmoe", "ple", "esmm", "two_tower"] | None = \
+        "dlrm"
     # "package.module:function": the user's model, built as function(tables, num_dense, **args)
     # (``cosparse.api.factory``); exclusive with ``kind``, which it leaves unset
     factory: str | None = None
@@ -49,6 +51,7 @@ class ModelConfig:
     cross_rank: int | None = None  # DCN-v2 low-rank cross; None = full matrix
     din: DINConfig = field(default_factory=DINConfig)
     multitask: MultiTaskConfig = field(default_factory=MultiTaskConfig)  # mmoe, ple, esmm
+    two_tower: TwoTowerConfig = field(default_factory=TwoTowerConfig)
     # dropout after every hidden activation of the dense towers (DLRM bottom and top, the DeepFM
     # and DCN deep towers, DIN's output MLP); masks follow (train.seed, rank, step), off at eval
     dropout: float = 0.0
@@ -87,6 +90,8 @@ def validate_model(cfg: Config) -> None:
         return
     if m.kind in MULTITASK_KINDS:
         validate_multitask(cfg)
+    if m.kind == "two_tower":
+        validate_two_tower(cfg)
     for i, t in enumerate(cfg.tables):
         if t.pooling == "none":
             raise ConfigError(f"tables[{i}].pooling: 'none' (unpooled sequences) needs a "

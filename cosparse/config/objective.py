@@ -12,21 +12,25 @@ from typing import Literal
 
 from cosparse.config.errors import ConfigError
 
-LOSSES = {"binary": ("bce",), "regression": ("mse", "huber")}
-METRICS = {"binary": ("auc", "logloss"), "regression": ("mse", "mae")}
-HIGHER_IS_BETTER = ("auc", "gauc")
+LOSSES = {"binary": ("bce",), "regression": ("mse", "huber"), "retrieval": ("sampled_softmax",)}
+METRICS = {"binary": ("auc", "logloss"), "regression": ("mse", "mae"),
+           "retrieval": ("recall@10", "ndcg@10", "mrr")}
+HIGHER_IS_BETTER = ("auc", "gauc", "recall@10", "ndcg@10", "mrr")
 
 
 @dataclass
 class TaskConfig:
-    """One task: ``binary`` (loss ``bce``) or ``regression`` (``mse``, or ``huber`` with
-    ``delta``); ``weight``: its share of the total loss; ``mask``: a binary task whose label 1
-    marks the samples this task trains on (None: every sample); ``group_by``: a sparse feature
-    whose values group the samples of ``gauc.<task>`` (a binary task's)."""
+    """One task: ``binary`` (loss ``bce``), ``regression`` (``mse``, or ``huber`` with
+    ``delta``) or ``retrieval`` (``sampled_softmax`` over the batch's items at ``temperature``,
+    a two-tower model's); ``weight``: its share of the total loss; ``mask``: a binary task whose
+    label 1 marks the samples this task trains on (None: every sample); ``group_by``: a sparse
+    feature whose values group the samples of ``gauc.<task>`` (a binary task's)."""
 
-    kind: Literal["binary", "regression"] = "binary"
-    loss: Literal["bce", "mse", "huber"] | None = None  # None: bce (binary), mse (regression)
+    kind: Literal["binary", "regression", "retrieval"] = "binary"
+    # None: bce (binary), mse (regression), sampled_softmax (retrieval)
+    loss: Literal["bce", "mse", "huber", "sampled_softmax"] | None = None
     delta: float = 1.0
+    temperature: float = 0.05  # retrieval: the softmax's temperature over cosine scores
     weight: float = 1.0
     mask: str | None = None
     group_by: str | None = None  # a binary task's gauc.<task>: AUC per value of this feature
@@ -71,7 +75,10 @@ def validate_objective(objective: ObjectiveConfig | None, label_tasks: list[str]
         if not name or "." in name:
             raise ConfigError(f"{key}: a task name is a plain word (it becomes auc.<task>)")
         if t.kind not in LOSSES:
-            raise ConfigError(f"{key}.kind: 'binary' or 'regression', got {t.kind!r}")
+            raise ConfigError(f"{key}.kind: one of {list(LOSSES)}, got {t.kind!r}")
+        if t.kind == "retrieval" and (len(tasks) > 1 or t.mask or t.group_by):
+            raise ConfigError(f"{key}.kind: a retrieval task is its objective's only task, "
+                              "with no mask and no group_by")
         if t.loss is not None and t.loss not in LOSSES[t.kind]:
             raise ConfigError(f"{key}.loss: a {t.kind} task's loss is one of "
                               f"{list(LOSSES[t.kind])}, got {t.loss!r}")
@@ -85,6 +92,8 @@ def validate_objective(objective: ObjectiveConfig | None, label_tasks: list[str]
             if tasks[t.mask].kind != "binary":
                 raise ConfigError(f"{key}.mask: task '{t.mask}' is a regression; a mask is a "
                                   "binary task (its label 1 marks the samples)")
+    if any(t.kind == "retrieval" for t in tasks.values()):
+        return  # (its labels are the batch's own items: no label column to match)
     want = sorted(tasks)
     have = sorted(label_tasks) if label_tasks else ["label"]
     if want != have:
@@ -97,8 +106,9 @@ def validate_metric(metric: str, objective: ObjectiveConfig | None) -> None:
     """``train.early_stop.metric``: ``auc``/``logloss`` (the one task's), or
     ``<metric>.<task>`` of a task of the objective whose kind has that metric."""
     tasks = objective_of(objective).tasks
-    names = [f"{m}.{t}" for t, c in tasks.items()
+    names = [f"{m}.{t}" for t, c in tasks.items() if c.kind != "retrieval"
              for m in (*METRICS[c.kind], *(("gauc",) if c.group_by else ()))]
+    names += [m for c in tasks.values() if c.kind == "retrieval" for m in METRICS[c.kind]]
     if "label" in tasks and tasks["label"].kind == "binary":
         names = ["auc", "logloss", *names]
     if metric not in names:

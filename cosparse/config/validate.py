@@ -11,6 +11,7 @@ from cosparse.config.models import model_config, validate_models
 from cosparse.config.multitask import MULTITASK_KINDS
 from cosparse.config.objective import objective_of, validate_metric, validate_objective
 from cosparse.config.parallel import validate_parallel
+from cosparse.config.retrieval import default_retrieval_objective
 from cosparse.config.root import Config
 from cosparse.config.store import validate_remote, validate_store
 from cosparse.config.supply import validate_supply
@@ -31,6 +32,7 @@ def validate(cfg: Config, tables_later: bool = False) -> Config:
     if violation is not None:
         raise ConfigError(violation)
     validate_data(cfg)
+    default_retrieval_objective(cfg)
     cols = cfg.data.columns
     if not (tables_later and cfg.objective is None):  # (cosparse.Trainer's objective= may come)
         validate_objective(cfg.objective, list(cols.labels) if cols is not None else None)
@@ -42,7 +44,7 @@ def validate(cfg: Config, tables_later: bool = False) -> Config:
                           "(no models:)")
     tasks = objective_of(cfg.objective).tasks
     one_task = cfg.models or (cfg.model.kind is not None
-                              and cfg.model.kind not in MULTITASK_KINDS)
+                              and cfg.model.kind not in (*MULTITASK_KINDS, "two_tower"))
     if one_task and list(tasks) != ["label"]:
         raise ConfigError(f"objective.tasks: model.kind '{cfg.model.kind}' trains one task, "
                           f"named label; got {sorted(tasks)} (several tasks: model.kind "

@@ -132,7 +132,9 @@ class InteractionsReader:
         ix = index_events(log.user, log.time, log.row, ev.ties == "keep_file_order")
         self._lo = np.maximum(ix.user_start, ix.run_start - ev.max_len)
         self._hi = ix.run_start
+        self._first = ix.user_start
         is_eval = eval_events(log, data, ix.time_rank)
+        self.in_train = ~is_eval  # (per event: the training split's)
         in_split = is_eval if split == "eval" else ~is_eval
         enough = ix.run_start - ix.user_start >= ev.min_history
         self.dropped = dropped_targets(log.user, ix.user_start, in_split, enough,
@@ -168,7 +170,7 @@ class InteractionsReader:
             order = np.lexsort((neg, ix.time_rank[event]))  # each positive, then its negatives
             event, item, label, neg = event[order], item[order], label[order], neg[order]
             tasks = {t: v[order] for t, v in tasks.items()}
-        feature_of_item = _item_features(log)
+        feature_of_item = item_features(log)
         feats = {f: np.where(neg == 1, feature_of_item(f, item), log.features[f][event])
                  for f in log.features}
         order = np.arange(len(event))
@@ -208,6 +210,16 @@ class InteractionsReader:
         """(target events, their items, labels, item columns) of the samples ``s``."""
         return self._event[s], self._item[s], self._label[s], {f: v[s] for f, v in
                                                                self._feats.items()}
+
+    def target_events(self) -> np.ndarray:
+        """Every sample's target event, in sample order."""
+        return self._event
+
+    def earlier_events(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flat event positions, count per target) of all the targets' users' earlier events
+        (untruncated histories)."""
+        lo, hi = self._first[events], self._hi[events]
+        return reversed_range_index(lo, hi), (hi - lo).astype(np.int64)
 
     def history(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(flat event positions, length per target) of the targets' histories."""
@@ -256,7 +268,7 @@ class InteractionsReader:
         return line + self.dropped.describe(self.events.min_history)
 
 
-def _item_features(log: InteractionLog):  # noqa: ANN202 (a closure over the log)
+def item_features(log: InteractionLog):  # noqa: ANN202 (a closure over the log)
     """``lookup(feature, items)``: each item's value of a column at its last event."""
     if not log.features:
         return lambda f, items: np.zeros(len(items), np.int64)

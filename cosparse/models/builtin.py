@@ -15,13 +15,13 @@ from torch import nn
 from cosparse.config import Config, ConfigError
 from cosparse.config.multitask import esmm_tasks
 from cosparse.config.objective import objective_of
-from cosparse.models import dcn, deepfm, din, dlrm, esmm, mmoe, ple
+from cosparse.models import dcn, deepfm, din, dlrm, esmm, mmoe, ple, two_tower
 from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.engine_model import EngineModel
 
 FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "dlrm": dlrm.build, "deepfm": deepfm.build, "dcn": dcn.build, "din": din.build,
-    "mmoe": mmoe.build, "ple": ple.build, "esmm": esmm.build}
+    "mmoe": mmoe.build, "ple": ple.build, "esmm": esmm.build, "two_tower": two_tower.build}
 
 
 def builtin_args(cfg: Config) -> dict[str, Any]:
@@ -37,6 +37,10 @@ def builtin_args(cfg: Config) -> dict[str, Any]:
                 "tower": t.tower}
     elif m.kind == "esmm":
         args = {"tasks": esmm_tasks(cfg), "tower": t.tower}
+    elif m.kind == "two_tower":
+        tt = m.two_tower
+        args = {"task": next(iter(objective_of(cfg.objective).tasks)), "tower": tt.tower,
+                "user": tt.user or None, "item": tt.item or None, "logq": tt.logq}
     elif m.kind == "dlrm":
         args = {"bottom": m.bottom, "top": m.top}
     elif m.kind in ("deepfm", "dcn"):

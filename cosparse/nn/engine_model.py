@@ -19,6 +19,7 @@ from cosparse.batch import SparseBatch
 from cosparse.nn.collections import Collections
 from cosparse.nn.dropout import step_dropout
 from cosparse.nn.model_batch import Batch
+from cosparse.nn.retrieval import Retrieval
 from cosparse.nn.types import PreparedBatch
 
 
@@ -107,8 +108,17 @@ def logits_of(out: Any, batch_size: int) -> torch.Tensor:
     return _one(out, batch_size, "label")
 
 
-def _one(out: Any, batch_size: int, task: str) -> torch.Tensor:
-    """One task's output as a float Tensor [B] (a [B, 1] one squeezed)."""
+def _one(out: Any, batch_size: int, task: str) -> Any:
+    """One task's output as a float Tensor [B] (a [B, 1] one squeezed), or a retrieval task's
+    ``Retrieval`` of B users and items."""
+    if isinstance(out, Retrieval):
+        if (out.users.dim() != 2 or out.users.shape != out.items.shape
+                or out.users.shape[0] != batch_size or out.item_ids.shape != (batch_size,)):
+            raise ValueError(f"the model's forward returned a Retrieval of users "
+                             f"{tuple(out.users.shape)}, items {tuple(out.items.shape)} and "
+                             f"item_ids {tuple(out.item_ids.shape)}; expected [{batch_size}, D], "
+                             f"[{batch_size}, D] and [{batch_size}] (task '{task}')")
+        return out
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"the model's forward must return a Tensor[B] for task '{task}', not a "
                         f"{type(out).__name__}")

@@ -5,13 +5,18 @@ is the global one, and its gradient with respect to this rank's logits is the gl
 ``(sigmoid(x) - y) / N`` over the whole global batch, with the same kernels (and so the same
 bits) as ``binary_cross_entropy_with_logits`` on one process. Every later gradient is then a
 partial sum of the one-process gradient, so the dense model's gradient reduction sums rather
-than averages."""
+than averages.
+
+A retrieval task's in-batch softmax couples the samples: each rank scores its users against the
+global batch's items, gathered with their gradient (``GatherRows``), so it matches one process
+within float tolerance (its sums run in another order), not bit for bit."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from cosparse.nn.retrieval import Retrieval, in_batch_softmax
 from cosparse.parallel.collectives import all_to_all
 from cosparse.parallel.world import World
 
@@ -48,6 +53,50 @@ def global_bce(logits: torch.Tensor, labels: torch.Tensor, sizes: list[int] | No
         n = torch.tensor([logits.shape[0]], dtype=torch.int64)
         sizes = _gather(n, [1] * world.size, world).tolist()
     return GlobalBCE.apply(logits, labels, sizes, world)
+
+
+class GatherRows(torch.autograd.Function):
+    """Every rank's rows [n_r, D] in rank order, on every rank (``sizes``: each rank's n_r);
+    the gradient of this rank's rows is every rank's gradient of them, summed in rank order."""
+
+    @staticmethod
+    def forward(ctx, rows, sizes, world):  # type: ignore[override]
+        ctx.sizes, ctx.world = sizes, world
+        n = rows.shape[0]
+        return all_to_all(rows.contiguous().repeat(world.size, 1), [n] * world.size, sizes,
+                          world.out_group, world)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        sizes, world = ctx.sizes, ctx.world
+        n = sizes[world.rank]
+        back = all_to_all(grad.contiguous(), list(sizes), [n] * world.size, world.out_group,
+                          world)
+        return back.view(world.size, n, *grad.shape[1:]).sum(0), None, None
+
+
+def retrieval_loss(out: Retrieval, temperature: float, world: World | None,
+                   sizes: list[int] | None, observe: bool = True) -> torch.Tensor:
+    """This rank's summed in-batch softmax loss of a retrieval task (``cosparse.nn.retrieval``):
+    on many ranks against the global batch's items, gathered with their gradient, in rank
+    order. ``observe``: count the batch's items in the frequency estimate first (a training
+    step's loss; the global batch's, so every rank keeps the same counts)."""
+    if world is None:
+        all_items, all_ids, offset = out.items, out.item_ids, 0
+    else:
+        if sizes is None:
+            n = torch.tensor([out.users.shape[0]], dtype=torch.int64)
+            sizes = _gather(n, [1] * world.size, world).tolist()
+        all_items = GatherRows.apply(out.items, sizes, world)
+        all_ids = _gather(out.item_ids.contiguous(), sizes, world)
+        offset = sum(sizes[: world.rank])
+    log_q = None
+    if out.frequency is not None:
+        if observe:
+            out.frequency.observe(all_ids)
+        log_q = out.frequency.log_q(all_ids).to(all_items.device)
+    return in_batch_softmax(out.users, out.item_ids, all_items, all_ids, offset, log_q,
+                            temperature)
 
 
 def global_sum(local: torch.Tensor, batch_size: int, sizes: list[int] | None,

@@ -284,6 +284,8 @@ def interaction_inputs(cfg: Config) -> ModelInputs:
     regression = frozenset(_regression_tasks(cfg))
     train = interactions_reader(cfg.data, "train", regression)
     eval_ = interactions_reader(cfg.data, "eval", regression)
+    if any(t.features == "auto" for t in cfg.tables):  # (user, item, its columns, histories)
+        cfg = _auto_features(cfg, train)
     return ModelInputs(cfg, train, eval_, [train.describe(), eval_.describe(),
                                            *task_class_notes(cfg, eval_.task_labels())])
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from cosparse.batch import SparseBatch
 from cosparse.config.objective import ObjectiveConfig
-from cosparse.parallel.loss import global_bce, global_sum
+from cosparse.parallel.loss import global_bce, global_sum, retrieval_loss
 from cosparse.parallel.world import World
 
 Outputs = torch.Tensor | dict[str, torch.Tensor]
@@ -32,7 +32,8 @@ def task_predictions(objective: ObjectiveConfig, outputs: Outputs) -> dict[str, 
     if not isinstance(outputs, dict):
         outputs = {"label": outputs}
     return {name: (torch.sigmoid(outputs[name]) if task.kind == "binary"
-                   else outputs[name]).float() for name, task in objective.tasks.items()}
+                   else outputs[name]).float() for name, task in objective.tasks.items()
+            if task.kind != "retrieval"}  # (a retrieval task is scored by ranking the corpus)
 
 
 def per_sample(kind_loss: str, delta: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -46,9 +47,11 @@ def per_sample(kind_loss: str, delta: float, x: torch.Tensor, y: torch.Tensor) -
 
 def objective_loss(objective: ObjectiveConfig, outputs: Outputs, batch: SparseBatch,
                    device: torch.device, world: World | None = None,
-                   sizes: list[int] | None = None) -> torch.Tensor:
+                   sizes: list[int] | None = None, observe: bool = True) -> torch.Tensor:
     """The loss of ``outputs`` (logits [B], or per task) on ``batch``: the global batch's on
-    many ranks (``world``; ``sizes``: each rank's samples, None: asked of the ranks)."""
+    many ranks (``world``; ``sizes``: each rank's samples, None: asked of the ranks).
+    ``observe``: a retrieval task counts the batch's items in its frequency estimate (a
+    training step's loss; not a dry run's)."""
     if objective.default and batch.weights is None:
         logits = outputs["label"] if isinstance(outputs, dict) else outputs
         labels = batch.labels.to(device, non_blocking=True)
@@ -61,6 +64,10 @@ def objective_loss(objective: ObjectiveConfig, outputs: Outputs, batch: SparseBa
     weights = None if batch.weights is None else batch.weights.to(device, non_blocking=True)
     total = None
     for name, task in objective.tasks.items():
+        if task.kind == "retrieval":  # (the objective's only task)
+            total = retrieval_loss(outputs[name], task.temperature, world, sizes,
+                                   observe) * task.weight
+            continue
         x = outputs[name]
         losses = per_sample(task.loss_name, task.delta, x, labels[name].to(x.dtype))
         if weights is not None:

@@ -25,9 +25,10 @@ from cosparse.train.inputs import model_inputs
 def trace_stats(cfg: Config, lookahead: int, steps: int) -> dict[str, tuple[int, int]]:
     """Per table: (rows touched in ``steps`` training batches, the most unique rows of
     lookahead+1 consecutive batches), replayed from the reader exactly as training sees it."""
-    reader = model_inputs(cfg).train  # (a file's columns or features included)
+    inputs = model_inputs(cfg)  # (a file's columns or features included)
+    reader, tables = inputs.train, inputs.cfg.tables  # (features: auto resolved)
     dedup = Deduper()
-    per_batch: dict[str, list[np.ndarray]] = {t.name: [] for t in cfg.tables}
+    per_batch: dict[str, list[np.ndarray]] = {t.name: [] for t in tables}
     seen = 0
     while seen < steps:
         before = seen
@@ -37,7 +38,7 @@ def trace_stats(cfg: Config, lookahead: int, steps: int) -> dict[str, tuple[int,
                 if task is NOT_YET:
                     continue
                 b = reader.build(task)
-                for t in cfg.tables:
+                for t in tables:
                     ids = np.concatenate([b.feature(f)[0].numpy() for f in t.features])
                     per_batch[t.name].append(dedup.unique(ids)[0])
                 seen += 1

@@ -55,7 +55,7 @@ def measure_dense_bytes(model: EngineModel, batch: SparseBatch, opt_kind: str,
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logits = (model.dry_forward(batch, device) if unplaced  # type: ignore[operator]
                   else model(model.ec.prepare_and_stage(batch)))
-        loss = objective_loss(objective_of(objective), logits, batch, device)
+        loss = objective_loss(objective_of(objective), logits, batch, device, observe=False)
     loss.backward()
     if not unplaced:
         model.ec._pending = []  # the dry run trains nothing

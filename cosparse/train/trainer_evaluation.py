@@ -18,6 +18,7 @@ from cosparse.train.inputs import (
     WORKER_PRELOAD,
 )
 from cosparse.train.objective import task_predictions
+from cosparse.train.retrieval_eval import evaluate_retrieval
 from cosparse.train.task_metrics import evaluate_tasks
 
 
@@ -79,6 +80,9 @@ class EvaluationRole:
         stream, over its progressive-validation window (``cosparse.train.progressive``)."""
         if self.progressive is not None:
             return self._progressive_scores()
+        retrieval = [n for n, t in self.objective.tasks.items() if t.kind == "retrieval"]
+        if retrieval:
+            return self._retrieval_scores()
         if not self.objective.default:  # per task: auc.<task>, mse.<task>, ...
             return evaluate_tasks(self)
         self.model.eval()
@@ -111,6 +115,16 @@ class EvaluationRole:
             f"eval @ step {self.state.step}: auc {out['auc']:.4f}, logloss {out['logloss']:.4f} "
             f"({out['eval_samples']} samples)"
         )
+        return out
+
+    def _retrieval_scores(self) -> dict[str, Any]:
+        """The retrieval task's ranking of the whole item corpus, popularity's beside it."""
+        out = evaluate_retrieval(self)
+        self.sink.write({"kind": "eval", "step": self.state.step, **out})
+        self.log(f"eval @ step {self.state.step}: recall@10 {out['recall@10']:.4f}, ndcg@10 "
+                 f"{out['ndcg@10']:.4f}, mrr {out['mrr']:.4f} (popularity: recall@10 "
+                 f"{out['recall@10.popularity']:.4f}) over {out['corpus_items']} items "
+                 f"({out['eval_samples']} samples)")
         return out
 
     def _progressive_scores(self) -> dict[str, Any]:
