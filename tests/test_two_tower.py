@@ -18,9 +18,11 @@ import yaml
 
 import cosparse
 from cosparse.api.factory import make_trainer
+from cosparse.cli import main
 from cosparse.config import ConfigError, config_from_mapping
 from cosparse.models import two_tower
 from cosparse.nn.retrieval import ItemFrequency, in_batch_softmax
+from cosparse.serving import load
 from cosparse.train.retrieval_eval import ranking_metrics, target_ranks
 from tests.torchrun import run_ranks
 
@@ -163,3 +165,40 @@ def test_two_ranks_train_it_as_one_process_does_within_tolerance(tmp_path):
             torch.testing.assert_close(got["dense"][k], v, rtol=1e-4, atol=1e-5)
         else:  # (the frequency estimate's counters: integer counts of the global stream)
             assert torch.equal(got["dense"][k], v), k
+
+
+def test_the_export_holds_a_faiss_index_whose_flat_top_k_is_the_exact_top_k(tmp_path):
+    """``cosparse export`` of a two-tower checkpoint writes the corpus's item embeddings and
+    FAISS indexes; the predictor's flat top-k for eval users is the exact top-k by inner
+    product (wherever the k-th and the next score are apart), and the IVF index finds most of
+    it."""
+    raw = mapping()
+    raw["train"]["checkpoint"] = {"dir": str(tmp_path / "ck"), "every": 6}
+    trainer = make_trainer(config_from_mapping(raw), log=lambda m: None)
+    try:
+        trainer.run(evaluate=False)
+        users = next(iter(trainer.eval_reader.tasks()))
+        batch = trainer.eval_reader.build(users)
+    finally:
+        trainer.close()
+    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "ex"),
+                 "--format", "npy"]) == 0
+    manifest = json.loads((tmp_path / "ex" / "manifest.json").read_text())
+    entry = manifest["retrieval"]
+    assert entry["items"] == 1682 and entry["dim"] == 64 and entry["why"] is None
+    served = load(tmp_path / "ex")
+    k = 10
+    ids, scores = served.top_k(batch, k)
+    items = np.load(tmp_path / "ex" / entry["files"]["embeddings"]["path"])
+    corpus = np.load(tmp_path / "ex" / entry["files"]["ids"]["path"])
+    exact = served.encode_users(batch).astype(np.float64) @ items.T.astype(np.float64)
+    order = np.argsort(-exact, axis=1, kind="stable")
+    apart = exact[np.arange(len(exact)), order[:, k - 1]] - \
+        exact[np.arange(len(exact)), order[:, k]] > 1e-5
+    assert apart.mean() > 0.9 and ids.shape == (batch.batch_size, k)
+    for row in np.flatnonzero(apart):
+        assert set(ids[row]) == set(corpus[order[row, :k]]), row
+    np.testing.assert_allclose(scores, np.take_along_axis(exact, order[:, :k], 1), atol=1e-5)
+    ivf, _ = served.top_k(batch, k, index="ivf")
+    found = np.mean([len(set(a) & set(b)) / k for a, b in zip(ids, ivf, strict=True)])
+    assert found > 0.5, found

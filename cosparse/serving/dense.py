@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from cosparse.serving.format import sha256_file
+from cosparse.serving.item_index import is_retrieval
 from cosparse.serving.program import PROGRAM_FILE
 
 DENSE_DIR = "dense"
@@ -64,6 +65,9 @@ def write_dense(ck: Path, meta: dict[str, Any], out: Path) -> dict[str, Any]:
         entry["why"] = ("no torch.export program and no model to rebuild: the config names no "
                         "model.kind or model.factory (a model given in Python); name its "
                         "factory in model.factory to serve it")
+    elif is_retrieval(meta["config"]):
+        entry["why"] = ("a retrieval model serves top-k through its towers and the item index "
+                        f"(retrieval/), not a program; {WHY_FALLBACK}")
     else:
         try:
             entry.update(export_program(meta["config"], dense["model"], out))

@@ -50,6 +50,7 @@ from cosparse.serving.format import (
     write_removed,
     write_rows,
 )
+from cosparse.serving.item_index import is_retrieval, write_item_index
 from cosparse.serving.rows import (
     Rows,
     changed,
@@ -219,6 +220,12 @@ def export(checkpoint: str | Path, out: str | Path, since: int | None = None,
                     "file_format": file_format, "tables": tables,
                     "dense": write_dense(ck, meta, tmp)}
         write_manifest(tmp, manifest)
+        if since is None and is_retrieval(meta["config"]) and manifest["dense"]["form"]:
+            from cosparse.serving.predictor import load
+
+            manifest["retrieval"] = write_item_index(tmp, meta["config"],
+                                                     load(tmp, use_program=False))
+            write_manifest(tmp, manifest)
         if out.exists():
             out.rmdir()  # (empty: checked above)
         os.rename(tmp, out)

@@ -26,7 +26,9 @@ from cosparse.batch import SparseBatch
 from cosparse.config import Config, TableConfig, config_from_mapping
 from cosparse.config.objective import ObjectiveConfig, objective_of
 from cosparse.nn.embedding import EmbeddingCollection
+from cosparse.nn.model_batch import Batch
 from cosparse.serving.format import ServingError, read_manifest, sha256_file
+from cosparse.serving.item_index import ItemIndex
 from cosparse.serving.load import LookupTable, load_tables
 from cosparse.serving.program import ProgramModel
 from cosparse.store.resident import initial_rows
@@ -37,9 +39,12 @@ class Predictor(dict[str, LookupTable]):
     """The export's tables by name (as ``load`` returns them) and the model that serves them."""
 
     def __init__(self, tables: dict[str, LookupTable], dense: dict[str, Any] | None,
-                 root: Path, use_program: bool = True) -> None:
+                 root: Path, use_program: bool = True,
+                 retrieval: dict[str, Any] | None = None) -> None:
         super().__init__(tables)
         self.dense = dense
+        self.retrieval = retrieval  # (the manifest's entry of a retrieval model's item index)
+        self._indexes: dict[str, ItemIndex] = {}
         self.use_program = use_program
         self.root = root
         self.unknown_ids: dict[str, int] = {name: 0 for name in tables}
@@ -103,6 +108,39 @@ class Predictor(dict[str, LookupTable]):
         return task_predictions(self.objective, self._model(prepared))
 
 
+    @torch.no_grad()
+    def encode_users(self, batch: SparseBatch) -> np.ndarray:
+        """A retrieval model's user embeddings of ``batch`` [B, D] (its user tower)."""
+        return self._towers(batch).encode_users(self._model_batch(batch)).numpy()
+
+    @torch.no_grad()
+    def encode_items(self, batch: SparseBatch) -> np.ndarray:
+        """A retrieval model's item embeddings of ``batch`` [B, D] (its item tower)."""
+        return self._towers(batch).encode_items(self._model_batch(batch)).numpy()
+
+    def top_k(self, batch: SparseBatch, k: int = 10, index: str = "flat"
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` corpus items of highest score for each user of ``batch``: item IDs
+        [B, k] and their scores, searched in the export's ``flat`` (exact) or ``ivf`` index."""
+        if index not in self._indexes:
+            self._indexes[index] = ItemIndex(self.root, self.retrieval or {}, index)
+        return self._indexes[index].search(self.encode_users(batch), k)
+
+    def _towers(self, batch: SparseBatch) -> Any:
+        if self._model is None:
+            self.use_program = False  # (a retrieval model's towers: the state_dict's model)
+            self._build(int(batch.dense.shape[1]))
+        towers = getattr(self._model, "model", None)
+        if not hasattr(towers, "encode_users") or not hasattr(towers, "encode_items"):
+            raise ServingError(f"{self.root}: the model has no towers (encode_users, "
+                               "encode_items): not a retrieval model")
+        return towers
+
+    def _model_batch(self, batch: SparseBatch) -> Batch:
+        assert self._ec is not None
+        return Batch(self._ec.prepare(batch), torch.device("cpu"))
+
+
 def load(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True,
          use_program: bool = True) -> Predictor:
     """The predictor of the full export at ``path`` with ``deltas`` applied in order (see
@@ -111,7 +149,8 @@ def load(path: str | Path, deltas: Sequence[str | Path] = (), check: bool = True
     ``use_program``), else the model rebuilt from its reference and ``state_dict``."""
     last = Path(deltas[-1]) if deltas else Path(path)
     tables = load_tables(path, deltas, check)
-    return Predictor(tables, read_manifest(last).get("dense"), last, use_program)
+    manifest = read_manifest(last)
+    return Predictor(tables, manifest.get("dense"), last, use_program, manifest.get("retrieval"))
 
 
 def _build_model(cfg: Config, reference: dict[str, Any], num_dense: int
