@@ -4,20 +4,26 @@ split, over several seeds, in one run.
 
 Families (``--family``, default all that are built):
 
+* ``retrieval``: cosparse's two-tower (``configs/movielens_two_tower.yaml``) against
+  torch-rechub 0.9.0's ``DSSM`` towers trained with the same loss, on MovieLens-100k,
+  leave-last-out, the whole corpus ranked (``benchmarks/quality_retrieval.py``,
+  ``benchmarks/peer_rechub_retrieval.py``); recall@10 against popularity's too.
 * ``multitask``: cosparse's MMoE (``configs/taobao_mmoe.yaml``, every table at dim 16) against
   torch-rechub 0.9.0's ``MMOE`` on the Taobao UserBehavior log, tasks click / cart_fav / buy
   (``benchmarks/quality_multitask.py``, ``benchmarks/peer_rechub.py``). Also: the same towers
   trained one task at a time, and cosparse's run on the tiered and collaborative placements,
   which must equal the resident run bit for bit.
 
-Per family the JSON has ``ours`` and ``peer`` (each task's AUC, their mean, samples/s, per
-seed), ``diff`` (ours - peer, the mean AUC over tasks, averaged over seeds, paired by seed),
+Per family the JSON has ``ours`` and ``peer`` (each task's AUC and their mean, or the ranking
+metrics; samples/s; per seed), ``diff`` (ours - peer, paired by seed, averaged over seeds: the
+mean AUC over tasks, or recall@10),
 ``diff_se`` (its standard error over the seeds) and ``speed_over_peer`` (training samples/s,
 ours over the peer's, medians over seeds). The peer runs in ``.venv-quality`` (``make peers``);
 without it the peer's figures are null, with the reason.
 
-``--quick`` (under 60 s): 2 seeds of 40 steps, one placement; the full run: 3 seeds of a whole
-epoch (261 steps) and both placements.
+``--quick`` (under 60 s): 2 seeds of 40 steps per family, one placement; the full run: 3 seeds
+of a whole run (multitask: one epoch, 261 steps; retrieval: 3 epochs, 570 steps) and both
+placements.
 """
 
 from __future__ import annotations
@@ -32,10 +38,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common, quality_multitask
+from benchmarks import common, quality_multitask, quality_retrieval
 
 QUALITY_VENV = common.REPO / ".venv-quality"
-FAMILIES = ("multitask",)
+FAMILIES = ("multitask", "retrieval")
+RANKING = ("recall@10", "ndcg@10", "mrr")
+QUALITY_GOAL = 0.98  # retrieval: recall@10 and NDCG@10 at least this times the peer's
+POPULARITY_GOAL = 2.0  # retrieval: recall@10 at least this times popularity's
 # training samples/s over the peer's, at least; never loosen (issue 36's goal)
 SPEED_GOAL = 1.5
 
@@ -104,19 +113,69 @@ def multitask(steps: int, seeds: list[int]) -> dict[str, Any]:
     return out
 
 
+def retrieval(steps: int | None, seeds: list[int]) -> dict[str, Any]:
+    """The two-tower against torch-rechub's DSSM on MovieLens-100k (``steps`` None: the
+    config's 3 epochs)."""
+    q = quality_retrieval
+    ours = []
+    for seed in seeds:
+        got = q.train(q.mapping(steps, seed))
+        print(f"retrieval: cosparse two-tower seed {seed}: {got['ranking']} "
+              f"{got['samples_per_s']:.0f} samples/s", flush=True)
+        ours.append({"seed": seed, **got["ranking"], "samples_per_s": got["samples_per_s"]})
+    raw = q.mapping(steps, seeds[0])
+    names = ("tiered",) if steps else ("tiered", "collaborative")
+    placements = q.placements_equal(raw, names, steps or q.epoch_steps())
+    print(f"retrieval: placements equal to resident: {placements}", flush=True)
+    batch = raw["data"]["batch_size"]
+    with tempfile.TemporaryDirectory(prefix="cosparse-quality-") as tmp:
+        data = Path(tmp) / "samples.npz"
+        vocab = q.export_samples(raw, data, steps * batch if steps else None)
+        peer, why = run_peer("retrieval", ["--data", str(data), "--vocab", json.dumps(vocab),
+                                           "--seeds", ",".join(map(str, seeds)),
+                                           "--epochs", "1" if steps else "3"],
+                             timeout_s=300 if steps else 1500)
+    out: dict[str, Any] = {
+        "data": "movielens-100k/u.data, leave-last-out, the whole corpus ranked",
+        "steps": steps or "3 epochs", "seeds": seeds,
+        "ours": {"runs": ours, **{m: statistics.fmean(r[m] for r in ours)
+                                  for m in (*RANKING, "recall@10.popularity")}},
+        "placements_equal_resident": placements, "peer": None, "peer_why": why or None,
+        "diff": None, "diff_se": None, "speed_over_peer": None}
+    if peer is not None:
+        diffs = [o["recall@10"] - p["recall@10"] for o, p in zip(ours, peer, strict=True)]
+        out["peer"] = {"library": "torch-rechub 0.9.0 DSSM", "runs": peer,
+                       **{m: statistics.fmean(p[m] for p in peer) for m in RANKING}}
+        out["diff"] = statistics.fmean(diffs)  # (recall@10)
+        out["diff_se"] = se(diffs)
+        out["speed_over_peer"] = (statistics.median(o["samples_per_s"] for o in ours)
+                                  / statistics.median(p["samples_per_s"] for p in peer))
+    return out
+
+
 def targets(fam: str, res: dict[str, Any]) -> list[str]:
     """The TARGET lines of a family's goals."""
     lines = []
-    if res["diff"] is not None:
+    if res["diff"] is None:
+        lines.append(f"TARGET {fam} against the peer: not measured ({res['peer_why']})")
+    elif fam == "retrieval":
+        for m in ("recall@10", "ndcg@10"):
+            ratio = res["ours"][m] / res["peer"][m]
+            lines.append(f"TARGET retrieval.{m} over the peer's {ratio:.3f} >= {QUALITY_GOAL}: "
+                         f"{'PASS' if ratio >= QUALITY_GOAL else 'MISS'}")
+    else:
         ok = res["diff"] >= -res["diff_se"]
         lines.append(f"TARGET {fam}.diff {res['diff']:+.4f} >= -diff_se ({res['diff_se']:.4f}): "
                      f"{'PASS' if ok else 'MISS'}")
+    if res["diff"] is not None:
         ok = res["speed_over_peer"] >= SPEED_GOAL
         lines.append(f"TARGET {fam}.speed_over_peer {res['speed_over_peer']:.2f} >= {SPEED_GOAL}:"
                      f" {'PASS' if ok else 'MISS'}")
+    if fam == "retrieval":
+        ratio = res["ours"]["recall@10"] / res["ours"]["recall@10.popularity"]
+        lines.append(f"TARGET retrieval recall@10 over popularity's {ratio:.2f} >= "
+                     f"{POPULARITY_GOAL}: {'PASS' if ratio >= POPULARITY_GOAL else 'MISS'}")
     else:
-        lines.append(f"TARGET {fam} against the peer: not measured ({res['peer_why']})")
-    if fam == "multitask":
         s = res["single_task"]
         ok = s["mmoe_mean_auc_same_seed"] >= s["mean_auc"]
         lines.append(f"TARGET multitask mean AUC {s['mmoe_mean_auc_same_seed']:.4f} >= one task "
@@ -136,11 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args(argv)
     seeds = list(range(a.seeds or (2 if a.quick or a.tiny else 3)))
-    steps = 8 if a.tiny else 40 if a.quick else quality_multitask.epoch_steps()
+    steps = 8 if a.tiny else 40 if a.quick else None
     t0 = time.perf_counter()
     out: dict[str, Any] = {"quick": a.quick, "tiny": a.tiny, "machine": common.machine_info()}
     for fam in a.family or FAMILIES:
-        out[fam] = multitask(steps, seeds)
+        out[fam] = (multitask(steps or quality_multitask.epoch_steps(), seeds)
+                    if fam == "multitask" else retrieval(steps, seeds))
         for line in targets(fam, out[fam]):
             print(line)
     out["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -2,6 +2,8 @@
 which has torch-rechub 0.9.0 and no cosparse: it imports only numpy, torch, scikit-learn and
 torch_rechub.
 
+``--family retrieval``: torch-rechub's ``DSSM`` (``benchmarks/peer_rechub_retrieval.py``).
+
 ``--family multitask``: torch-rechub's ``MMOE`` on the samples ``benchmarks/quality_multitask.py``
 wrote (an .npz of padded arrays: the target item, category and user, the history's items,
 categories and behaviours, mean-pooled with padding 0 masked, a history sharing its target's
@@ -89,8 +91,10 @@ def run(data: dict[str, np.ndarray], vocab: dict[str, int], seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--family", choices=["multitask"], default="multitask")
-    ap.add_argument("--data", required=True, help="the .npz quality_multitask wrote")
+    ap.add_argument("--family", choices=["multitask", "retrieval"], default="multitask")
+    ap.add_argument("--data", required=True,
+                    help="the .npz quality_multitask (quality_retrieval) wrote")
+    ap.add_argument("--epochs", type=int, default=3, help="retrieval: epochs over the samples")
     ap.add_argument("--vocab", required=True, help="JSON: each table's vocabulary size")
     ap.add_argument("--seeds", default="0", help="comma-separated model seeds")
     ap.add_argument("--threads", type=int, default=2)
@@ -100,7 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         data = {k: f[k] for k in f.files}
     vocab = json.loads(a.vocab)
     for seed in (int(s) for s in a.seeds.split(",")):
-        print(json.dumps(run(data, vocab, seed)), flush=True)
+        if a.family == "retrieval":
+            from benchmarks import peer_rechub_retrieval
+
+            got = peer_rechub_retrieval.run(data, vocab, seed, a.epochs)
+        else:
+            got = run(data, vocab, seed)
+        print(json.dumps(got), flush=True)
     return 0
 
 

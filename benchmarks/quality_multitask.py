@@ -54,8 +54,8 @@ def one_task(raw: dict[str, Any], task: str) -> dict[str, Any]:
 
 
 def train(cfg: Any) -> dict[str, Any]:
-    """One run of ``cfg`` (a mapping or a ``Config``): each task's eval AUC, the losses and the
-    trainer's training samples/s."""
+    """One run of ``cfg`` (a mapping or a ``Config``): each task's eval AUC (a retrieval task:
+    its ranking metrics), the losses and the trainer's training samples/s."""
     from cosparse.api.factory import make_trainer
     from cosparse.config import Config, config_from_mapping
 
@@ -67,24 +67,28 @@ def train(cfg: Any) -> dict[str, Any]:
         losses = list(trainer.losses)
     finally:
         trainer.close()
+    ranking = ("recall@10", "ndcg@10", "mrr", "recall@10.popularity", "ndcg@10.popularity",
+               "mrr.popularity")
     return {"auc": {k.split(".", 1)[1]: v for k, v in final.items() if k.startswith("auc.")},
+            "ranking": {k: final[k] for k in ranking if k in final},
             "losses": losses, "samples_per_s": final["samples_per_s"],
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-def placements_equal(raw: dict[str, Any], names: tuple[str, ...]) -> dict[str, bool]:
-    """Whether each placement of ``names`` trains the resident run's losses and AUCs bit for
-    bit (``cosparse.train.placements``, as ``cosparse check`` places the config)."""
+def placements_equal(raw: dict[str, Any], names: tuple[str, ...], steps: int | None = None
+                     ) -> dict[str, bool]:
+    """Whether each placement of ``names`` trains the resident run's losses and metrics bit
+    for bit (``cosparse.train.placements``, as ``cosparse check`` places the config)."""
     from cosparse.config import config_from_mapping
     from cosparse.train.placements import placement_configs
 
     cfg = config_from_mapping(raw)
-    configs = placement_configs(cfg, cfg.train.steps or epoch_steps())
+    configs = placement_configs(cfg, cfg.train.steps or steps or epoch_steps())
     ref = train(configs["resident"])
     out = {}
     for name in names:
         got = train(configs[name])
-        out[name] = got["losses"] == ref["losses"] and got["auc"] == ref["auc"]
+        out[name] = all(got[k] == ref[k] for k in ("losses", "auc", "ranking"))
     return out
 
 
@@ -128,7 +132,12 @@ def _padded(ids: np.ndarray, lengths: np.ndarray, max_len: int, seq: bool) -> np
     if not seq:
         assert (lengths == 1).all(), "a single-ID feature with a bag of another length"
         return ids.astype(np.int64)
-    out = np.full((lengths.shape[0], max_len), -1, dtype=np.int64)
+    return padded(ids, lengths, max_len, -1)
+
+
+def padded(ids: np.ndarray, lengths: np.ndarray, max_len: int, pad: int) -> np.ndarray:
+    """[B, max_len]: each sample's bag of ``ids`` (``lengths``), then ``pad``."""
+    out = np.full((lengths.shape[0], max_len), pad, dtype=np.int64)
     rows = np.repeat(np.arange(lengths.shape[0]), lengths)
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
     out[rows, np.arange(ids.shape[0]) - starts] = ids
