@@ -74,14 +74,29 @@ def run_peer(family: str, args: list[str], timeout_s: float) -> tuple[list[dict]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")], ""
 
 
+def seed_runs(family: str, module: Any, steps: int | None, seeds: list[int]
+              ) -> list[dict[str, Any]]:
+    """cosparse's run of each seed (``module``: the family's ``quality_*``): its metrics (each
+    task's ``auc``, or the ranking ones) and its training samples/s."""
+    runs = []
+    for seed in seeds:
+        got = module.train(module.mapping(steps, seed))
+        metrics = {"auc": got["auc"]} if got["auc"] else got["ranking"]
+        print(f"{family}: cosparse seed {seed}: {metrics} {got['samples_per_s']:.0f} samples/s",
+              flush=True)
+        runs.append({"seed": seed, **metrics, "samples_per_s": got["samples_per_s"]})
+    return runs
+
+
+def speed(ours: list[dict[str, Any]], peer: list[dict[str, Any]]) -> float:
+    """Training samples/s, ours over the peer's (medians over seeds)."""
+    return (statistics.median(o["samples_per_s"] for o in ours)
+            / statistics.median(p["samples_per_s"] for p in peer))
+
+
 def multitask(steps: int, seeds: list[int]) -> dict[str, Any]:
     q = quality_multitask
-    ours = []
-    for seed in seeds:
-        got = q.train(q.mapping(steps, seed))
-        print(f"multitask: cosparse MMoE seed {seed}: {got['auc']} "
-              f"{got['samples_per_s']:.0f} samples/s", flush=True)
-        ours.append({"seed": seed, "auc": got["auc"], "samples_per_s": got["samples_per_s"]})
+    ours = seed_runs("multitask", q, steps, seeds)
     raw = q.mapping(steps, seeds[0])
     single = {t: q.train(q.one_task(raw, t))["auc"][t] for t in raw["objective"]["tasks"]}
     print(f"multitask: one task at a time: {single}", flush=True)
@@ -108,8 +123,7 @@ def multitask(steps: int, seeds: list[int]) -> dict[str, Any]:
                        "mean_auc": statistics.fmean(mean_auc(p["auc"]) for p in peer)}
         out["diff"] = statistics.fmean(diffs)
         out["diff_se"] = se(diffs)
-        out["speed_over_peer"] = (statistics.median(o["samples_per_s"] for o in ours)
-                                  / statistics.median(p["samples_per_s"] for p in peer))
+        out["speed_over_peer"] = speed(ours, peer)
     return out
 
 
@@ -117,12 +131,7 @@ def retrieval(steps: int | None, seeds: list[int]) -> dict[str, Any]:
     """The two-tower against torch-rechub's DSSM on MovieLens-100k (``steps`` None: the
     config's 3 epochs)."""
     q = quality_retrieval
-    ours = []
-    for seed in seeds:
-        got = q.train(q.mapping(steps, seed))
-        print(f"retrieval: cosparse two-tower seed {seed}: {got['ranking']} "
-              f"{got['samples_per_s']:.0f} samples/s", flush=True)
-        ours.append({"seed": seed, **got["ranking"], "samples_per_s": got["samples_per_s"]})
+    ours = seed_runs("retrieval", q, steps, seeds)
     raw = q.mapping(steps, seeds[0])
     names = ("tiered",) if steps else ("tiered", "collaborative")
     placements = q.placements_equal(raw, names, steps or q.epoch_steps())
@@ -148,8 +157,7 @@ def retrieval(steps: int | None, seeds: list[int]) -> dict[str, Any]:
                        **{m: statistics.fmean(p[m] for p in peer) for m in RANKING}}
         out["diff"] = statistics.fmean(diffs)  # (recall@10)
         out["diff_se"] = se(diffs)
-        out["speed_over_peer"] = (statistics.median(o["samples_per_s"] for o in ours)
-                                  / statistics.median(p["samples_per_s"] for p in peer))
+        out["speed_over_peer"] = speed(ours, peer)
     return out
 
 
