@@ -22,7 +22,7 @@ ours over the peer's, medians over seeds). The peer runs in ``.venv-quality`` (`
 without it the peer's figures are null, with the reason.
 
 ``--quick`` (under 60 s): 2 seeds of 40 steps per family, one placement; the full run: 3 seeds
-of a whole run (multitask: one epoch, 261 steps; retrieval: 3 epochs, 570 steps) and both
+of a whole run (multitask: one epoch, 261 steps; retrieval: the config's 5 epochs) and both
 placements.
 """
 
@@ -129,24 +129,24 @@ def multitask(steps: int, seeds: list[int]) -> dict[str, Any]:
 
 def retrieval(steps: int | None, seeds: list[int]) -> dict[str, Any]:
     """The two-tower against torch-rechub's DSSM on MovieLens-100k (``steps`` None: the
-    config's 3 epochs)."""
+    config's epochs)."""
     q = quality_retrieval
     ours = seed_runs("retrieval", q, steps, seeds)
     raw = q.mapping(steps, seeds[0])
     names = ("tiered",) if steps else ("tiered", "collaborative")
     placements = q.placements_equal(raw, names, steps or q.epoch_steps())
     print(f"retrieval: placements equal to resident: {placements}", flush=True)
-    batch = raw["data"]["batch_size"]
+    batch, epochs = raw["data"]["batch_size"], raw["train"]["epochs"]
     with tempfile.TemporaryDirectory(prefix="cosparse-quality-") as tmp:
         data = Path(tmp) / "samples.npz"
         vocab = q.export_samples(raw, data, steps * batch if steps else None)
         peer, why = run_peer("retrieval", ["--data", str(data), "--vocab", json.dumps(vocab),
                                            "--seeds", ",".join(map(str, seeds)),
-                                           "--epochs", "1" if steps else "3"],
+                                           "--epochs", str(1 if steps else epochs)],
                              timeout_s=300 if steps else 1500)
     out: dict[str, Any] = {
         "data": "movielens-100k/u.data, leave-last-out, the whole corpus ranked",
-        "steps": steps or "3 epochs", "seeds": seeds,
+        "steps": steps or f"{epochs} epochs", "seeds": seeds,
         "ours": {"runs": ours, **{m: statistics.fmean(r[m] for r in ours)
                                   for m in (*RANKING, "recall@10.popularity")}},
         "placements_equal_resident": placements, "peer": None, "peer_why": why or None,

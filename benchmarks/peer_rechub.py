@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", choices=["multitask", "retrieval"], default="multitask")
     ap.add_argument("--data", required=True,
                     help="the .npz quality_multitask (quality_retrieval) wrote")
-    ap.add_argument("--epochs", type=int, default=3, help="retrieval: epochs over the samples")
+    ap.add_argument("--epochs", type=int, default=5, help="retrieval: epochs over the samples")
     ap.add_argument("--vocab", required=True, help="JSON: each table's vocabulary size")
     ap.add_argument("--seeds", default="0", help="comma-separated model seeds")
     ap.add_argument("--threads", type=int, default=2)

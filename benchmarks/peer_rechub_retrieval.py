@@ -5,8 +5,9 @@ item ID, both MLPs of [128, 64] with BatchNorm as torch-rechub builds them, L2-n
 the samples ``benchmarks/quality_retrieval.py`` wrote, trained with cosparse's loss: the in-batch
 softmax at temperature 0.2 with the logQ correction (here from exact counts of the stream so
 far), a batch's other samples of the same item left out, Adam at 0.002 on everything, batches
-of 512, 3 epochs in the exported order. Evaluated as cosparse evaluates: the whole corpus
-ranked for each eval user, the user's earlier items left out, ties broken by corpus order.
+of 512, ``--epochs`` epochs (the config's) in the exported order. Evaluated as cosparse
+evaluates: the whole corpus ranked for each eval user, the user's earlier items left out, ties
+broken by corpus order.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-DIM, TOWER, TEMPERATURE, LR, BATCH, EPOCHS, K = 64, [128, 64], 0.2, 0.002, 512, 3, 10
+DIM, TOWER, TEMPERATURE, LR, BATCH, EPOCHS, K = 64, [128, 64], 0.2, 0.002, 512, 5, 10
 
 
 def dssm(vocab: dict[str, int]) -> torch.nn.Module:
