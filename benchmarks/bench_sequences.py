@@ -1,4 +1,6 @@
-"""Long behaviour sequences: DIN training throughput at sequence lengths 100, 1,000 and 10,000.
+"""Long behaviour sequences: DIN training throughput at sequence lengths 100, 1,000 and 10,000,
+and SASRec's time and memory per step against history length (``benchmarks/sequences_sasrec.py``:
+L = 50 to 10,000, resident and at a 10% device tier). ``--only din|sasrec`` runs one part.
 
 Workloads (DIN: pairs [target_item, hist_item], [target_cate, hist_cate]; item and cate tables
 unpooled, dim 16, row-wise Adagrad; user dim 8; hist_btag mean-pooled, dim 4; attention [32, 16],
@@ -36,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmarks import sequences_sasrec
 from benchmarks.common import SHARED_DATA, din_model_and_tables, machine_info, write_json
 from cosparse.config import TableConfig, config_from_mapping
 from cosparse.data import make_reader
@@ -197,6 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer steps and smaller batches (< 60 s)")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--only", choices=("din", "sasrec"), default=None, help="run one part")
     a = p.parse_args(argv)
     torch.set_num_threads(2)
     # (seq_len, batch, warm-up, timed steps)
@@ -205,6 +209,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not TAOBAO.exists():
         print(f"skipping L=100: {TAOBAO} is not present")
         plan = plan[1:]
+    if a.only == "sasrec":
+        plan = []
     t0 = time.perf_counter()
     results = [bench_one(*w) for w in plan]
     print(f"\n{'L':>6} {'batch':>5} {'uniq/batch':>10} {'dev rows':>9} {'touched':>9} | "
@@ -218,7 +224,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
            "seconds": time.perf_counter() - t0, "torch_threads": torch.get_num_threads(),
            "device": "cuda" if torch.cuda.is_available() else "cpu",
            "machine": {**machine_info(), "torch": torch.__version__},
-           "results": results}
+           "results": results,
+           "sasrec": sequences_sasrec.run(a.quick) if a.only != "din" else []}
+    out["seconds"] = time.perf_counter() - t0
     print(f"total {out['seconds']:.1f} s")
     if a.json:
         write_json(a.json, out)

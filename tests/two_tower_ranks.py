@@ -1,7 +1,7 @@
-"""Run by ``torchrun --nproc-per-node 2``: trains ``model.kind: two_tower`` of
-``tests/test_two_tower.py``'s config on the ranks (its table row-wise; the in-batch softmax over
-the global batch's items, gathered with their gradient), and saves rank 0's losses, metrics and
-dense weights."""
+"""Run by ``torchrun --nproc-per-node 2``: trains a retrieval model's config (``model.kind:
+two_tower`` of ``tests/test_two_tower.py``, ``sasrec`` of ``tests/test_sasrec.py``) on the ranks
+(its one table row-wise; the in-batch softmax over the global batch's items, gathered with their
+gradient), and saves rank 0's losses, metrics and dense weights."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from cosparse.config.parallel import ParallelConfig, ShardingKind
 from cosparse.config.presets import PRESETS, apply_preset, switch_preset
 from cosparse.config.retrieval import TwoTowerConfig
 from cosparse.config.root import Config, FeaturesConfig, NetworkConfig
+from cosparse.config.sequence import SASRecConfig
 from cosparse.config.sizes import parse_bytes
 from cosparse.config.store import (
     HostTierConfig,
@@ -92,6 +93,7 @@ __all__ = [
     "TierConfig",
     "TrainConfig",
     "TwoTowerConfig",
+    "SASRecConfig",
     "apply_preset",
     "config_from_mapping",
     "from_dict",

@@ -139,6 +139,9 @@ BOUNDS: dict[str, Bound] = {
     "model.multitask.expert[*]": WIDTH,
     "model.multitask.tower[*]": WIDTH,
     "model.two_tower.tower[*]": WIDTH,
+    "model.sasrec.layers": Bound(1, 100),
+    "model.sasrec.heads": Bound(1, 1024),
+    "model.sasrec.inner": WIDTH,
     "model.dropout": FRACTION,
     "model.dense_optimizer.lr": AT_LEAST_0,  # 0: a frozen dense model (exactness checks)
     "model.dense_optimizer.weight_decay": AT_LEAST_0,

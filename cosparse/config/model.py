@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cosparse.config.errors import ConfigError
 from cosparse.config.multitask import MULTITASK_KINDS, MultiTaskConfig, validate_multitask
-from cosparse.config.retrieval import TwoTowerConfig, validate_two_tower
+from cosparse.config.retrieval import RETRIEVAL_KINDS, TwoTowerConfig, validate_retrieval
+from cosparse.config.sequence import SASRecConfig
 
 if TYPE_CHECKING:
     from cosparse.config.root import Config
@@ -38,8 +39,8 @@ class DINConfig:
 class ModelConfig:
     # None: the model is the user's own (``cosparse.Trainer(model, config)``; ``cosparse.load_config``
     # leaves it unset when the config names no kind), and no built-in model's rules apply
-    kind: Literal["dlrm", "deepfm", "dcn", "din", "mmoe", "ple", "esmm", "two_tower"] | None = \
-        "dlrm"
+    kind: Literal["dlrm", "deepfm", "dcn", "din", "mmoe", "ple", "esmm", "two_tower",
+                  "sasrec"] | None = "dlrm"
     # "package.module:function": the user's model, built as function(tables, num_dense, **args)
     # (``cosparse.api.factory``); exclusive with ``kind``, which it leaves unset
     factory: str | None = None
@@ -52,6 +53,7 @@ class ModelConfig:
     din: DINConfig = field(default_factory=DINConfig)
     multitask: MultiTaskConfig = field(default_factory=MultiTaskConfig)  # mmoe, ple, esmm
     two_tower: TwoTowerConfig = field(default_factory=TwoTowerConfig)
+    sasrec: SASRecConfig = field(default_factory=SASRecConfig)
     # dropout after every hidden activation of the dense towers (DLRM bottom and top, the DeepFM
     # and DCN deep towers, DIN's output MLP); masks follow (train.seed, rank, step), off at eval
     dropout: float = 0.0
@@ -90,8 +92,10 @@ def validate_model(cfg: Config) -> None:
         return
     if m.kind in MULTITASK_KINDS:
         validate_multitask(cfg)
-    if m.kind == "two_tower":
-        validate_two_tower(cfg)
+    if m.kind in RETRIEVAL_KINDS:
+        validate_retrieval(cfg)
+    if m.kind == "sasrec":  # (its tables are unpooled: unpool_for_sequences)
+        return
     for i, t in enumerate(cfg.tables):
         if t.pooling == "none":
             raise ConfigError(f"tables[{i}].pooling: 'none' (unpooled sequences) needs a "

@@ -1,6 +1,7 @@
-"""``model.two_tower``: two-tower retrieval's towers (``model.kind: two_tower``), and its rules:
-one retrieval task (the objective's, or ``label`` by default), an interaction log's samples to
-rank the item corpus of, in-batch negatives rather than sampled pointwise ones."""
+"""``model.two_tower``: two-tower retrieval's towers (``model.kind: two_tower``), and the rules of
+a retrieval model (``two_tower``, ``sasrec``): one retrieval task (the objective's, or ``label``
+by default), an interaction log's samples to rank the item corpus of, in-batch negatives rather
+than sampled pointwise ones."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from cosparse.config.root import Config
 
 RETRIEVAL_READERS = ("interactions", "taobao_events")
+RETRIEVAL_KINDS = ("two_tower", "sasrec")
 
 
 @dataclass
@@ -30,27 +32,29 @@ class TwoTowerConfig:
 
 
 def default_retrieval_objective(cfg: Config) -> None:
-    """``model.kind: two_tower`` without an objective section trains one retrieval task,
-    ``label``."""
-    if cfg.model.kind == "two_tower" and cfg.objective is None:
+    """A retrieval model (``model.kind: two_tower | sasrec``) without an objective section trains
+    one retrieval task, ``label``."""
+    if cfg.model.kind in RETRIEVAL_KINDS and cfg.objective is None:
         cfg.objective = ObjectiveConfig({"label": TaskConfig(kind="retrieval")})
 
 
-def validate_two_tower(cfg: Config) -> None:
-    """One retrieval task, an interaction log's reader, no sampled pointwise negatives, towers
-    of one or more layers."""
+def validate_retrieval(cfg: Config) -> None:
+    """One retrieval task, an interaction log's reader, no sampled pointwise negatives; a
+    two-tower's towers of one or more layers."""
+    kind = cfg.model.kind
+    what = {"two_tower": "two-tower retrieval", "sasrec": "SASRec"}.get(str(kind), str(kind))
     tasks = cfg.objective.tasks if cfg.objective is not None else {}
     if len(tasks) != 1 or next(iter(tasks.values())).kind != "retrieval":
-        raise ConfigError(f"objective.tasks: model.kind 'two_tower' trains one task of kind "
+        raise ConfigError(f"objective.tasks: model.kind '{kind}' trains one task of kind "
                           f"retrieval, e.g. {{label: {{kind: retrieval}}}}; got "
                           f"{ {k: t.kind for k, t in tasks.items()} }")
     if cfg.data.reader not in RETRIEVAL_READERS:
-        raise ConfigError(f"data.reader: two-tower retrieval ranks an interaction log's item "
+        raise ConfigError(f"data.reader: {what} ranks an interaction log's item "
                           f"corpus; use one of {list(RETRIEVAL_READERS)}, got "
                           f"'{cfg.data.reader}'")
     if cfg.data.negatives is not None:
-        raise ConfigError("data.negatives: two-tower retrieval takes the batch's other items as "
-                          "its negatives; leave out the sampled pointwise ones")
-    if not cfg.model.two_tower.tower:
+        raise ConfigError(f"data.negatives: {what} takes the batch's other items as its "
+                          "negatives; leave out the sampled pointwise ones")
+    if kind == "two_tower" and not cfg.model.two_tower.tower:
         raise ConfigError("model.two_tower.tower: one or more layer sizes (the last is the "
                           "embedding's)")

@@ -112,11 +112,13 @@ def validate_tables(cfg: Config) -> None:
 
 def _check_auto(cfg: Config, key: str, autos: int) -> None:
     """``features: auto`` takes the ID columns of data.columns, for one table."""
-    if cfg.features.spec or (cfg.data.reader not in ("csv", "libsvm")
-                             and (cfg.data.columns is None
-                                  or cfg.data.reader == "taobao_events")):
+    d = cfg.data
+    user_items = d.reader == "interactions" and d.events.layout == "user_items"
+    if cfg.features.spec or (d.reader not in ("csv", "libsvm") and not user_items
+                             and (d.columns is None or d.reader == "taobao_events")):
         raise ConfigError(f"{key}.features: 'auto' takes the columns of data.columns (reader "
-                          "csv or libsvm, or parquet with data.columns), without features.spec")
+                          "csv or libsvm, parquet or interactions with data.columns, or a "
+                          "user_items file), without features.spec")
     if autos:
         raise ConfigError(f"{key}.features: one table may say 'auto', not two")
 

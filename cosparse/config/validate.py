@@ -11,8 +11,9 @@ from cosparse.config.models import model_config, validate_models
 from cosparse.config.multitask import MULTITASK_KINDS
 from cosparse.config.objective import objective_of, validate_metric, validate_objective
 from cosparse.config.parallel import validate_parallel
-from cosparse.config.retrieval import default_retrieval_objective
+from cosparse.config.retrieval import RETRIEVAL_KINDS, default_retrieval_objective
 from cosparse.config.root import Config
+from cosparse.config.sequence import unpool_for_sequences
 from cosparse.config.store import validate_remote, validate_store
 from cosparse.config.supply import validate_supply
 from cosparse.config.tables import validate_tables
@@ -33,6 +34,7 @@ def validate(cfg: Config, tables_later: bool = False) -> Config:
         raise ConfigError(violation)
     validate_data(cfg)
     default_retrieval_objective(cfg)
+    unpool_for_sequences(cfg)
     cols = cfg.data.columns
     if not (tables_later and cfg.objective is None):  # (cosparse.Trainer's objective= may come)
         validate_objective(cfg.objective, list(cols.labels) if cols is not None else None)
@@ -44,7 +46,7 @@ def validate(cfg: Config, tables_later: bool = False) -> Config:
                           "(no models:)")
     tasks = objective_of(cfg.objective).tasks
     one_task = cfg.models or (cfg.model.kind is not None
-                              and cfg.model.kind not in (*MULTITASK_KINDS, "two_tower"))
+                              and cfg.model.kind not in (*MULTITASK_KINDS, *RETRIEVAL_KINDS))
     if one_task and list(tasks) != ["label"]:
         raise ConfigError(f"objective.tasks: model.kind '{cfg.model.kind}' trains one task, "
                           f"named label; got {sorted(tasks)} (several tasks: model.kind "

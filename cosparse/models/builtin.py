@@ -15,13 +15,14 @@ from torch import nn
 from cosparse.config import Config, ConfigError
 from cosparse.config.multitask import esmm_tasks
 from cosparse.config.objective import objective_of
-from cosparse.models import dcn, deepfm, din, dlrm, esmm, mmoe, ple, two_tower
+from cosparse.models import dcn, deepfm, din, dlrm, esmm, mmoe, ple, sasrec, two_tower
 from cosparse.nn.embedding import EmbeddingCollection
 from cosparse.nn.engine_model import EngineModel
 
 FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "dlrm": dlrm.build, "deepfm": deepfm.build, "dcn": dcn.build, "din": din.build,
-    "mmoe": mmoe.build, "ple": ple.build, "esmm": esmm.build, "two_tower": two_tower.build}
+    "mmoe": mmoe.build, "ple": ple.build, "esmm": esmm.build, "two_tower": two_tower.build,
+    "sasrec": sasrec.build}
 
 
 def builtin_args(cfg: Config) -> dict[str, Any]:
@@ -41,6 +42,12 @@ def builtin_args(cfg: Config) -> dict[str, Any]:
         tt = m.two_tower
         args = {"task": next(iter(objective_of(cfg.objective).tasks)), "tower": tt.tower,
                 "user": tt.user or None, "item": tt.item or None, "logq": tt.logq}
+    elif m.kind == "sasrec":
+        s = m.sasrec
+        args = {"task": next(iter(objective_of(cfg.objective).tasks)),
+                "max_len": cfg.data.events.max_len, "layers": s.layers, "heads": s.heads,
+                "inner": s.inner, "history": s.history or None, "item": s.item or None,
+                "logq": s.logq}
     elif m.kind == "dlrm":
         args = {"bottom": m.bottom, "top": m.top}
     elif m.kind in ("deepfm", "dcn"):

@@ -118,13 +118,31 @@ class Predictor(dict[str, LookupTable]):
         """A retrieval model's item embeddings of ``batch`` [B, D] (its item tower)."""
         return self._towers(batch).encode_items(self._model_batch(batch)).numpy()
 
-    def top_k(self, batch: SparseBatch, k: int = 10, index: str = "flat"
-              ) -> tuple[np.ndarray, np.ndarray]:
+    def top_k(self, batch: SparseBatch, k: int = 10, index: str = "flat",
+              exclude: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` corpus items of highest score for each user of ``batch``: item IDs
-        [B, k] and their scores, searched in the export's ``flat`` (exact) or ``ivf`` index."""
+        [B, k] and their scores, searched in the export's ``flat`` (exact) or ``ivf`` index.
+        ``exclude``: a feature of the batch (``hist_item``, say) whose IDs are left out of each
+        user's top-k (the items the user has seen)."""
         if index not in self._indexes:
             self._indexes[index] = ItemIndex(self.root, self.retrieval or {}, index)
-        return self._indexes[index].search(self.encode_users(batch), k)
+        search = self._indexes[index].search
+        users = self.encode_users(batch)
+        if exclude is None:
+            return search(users, k)
+        if exclude not in batch.keys:
+            raise ServingError(f"top_k: exclude '{exclude}' is not a feature of the batch "
+                               f"({batch.keys})")
+        seen, lengths = (t.numpy() for t in batch.feature(exclude))
+        width = int(lengths.max()) if lengths.shape[0] else 0
+        ids, scores = search(users, k + width)
+        rows = np.repeat(np.arange(lengths.shape[0]), lengths)
+        cols = np.arange(seen.shape[0]) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        padded = np.full((lengths.shape[0], max(width, 1)), -1, dtype=np.int64)
+        padded[rows, cols] = seen
+        dropped = (ids[:, :, None] == padded[:, None, :]).any(axis=2) | (ids < 0)
+        keep = np.argsort(dropped, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(ids, keep, 1), np.take_along_axis(scores, keep, 1)
 
     def _towers(self, batch: SparseBatch) -> Any:
         if self._model is None:
