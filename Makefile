@@ -43,7 +43,9 @@ peers:
 	test -x $(QUALITY)/bin/python || $(PY) -m venv $(QUALITY)
 	$(QUALITY)/bin/pip install --quiet torch==2.13.0 numpy==2.4.6 pandas==2.3.3 scikit-learn==1.7.2 tqdm==4.67.1
 	$(QUALITY)/bin/pip install --quiet --no-deps torch-rechub==0.9.0
-	$(QUALITY)/bin/python -c "import torch, torch_rechub; print('quality peers: torch-rechub', torch_rechub.__version__ if hasattr(torch_rechub, '__version__') else '0.9.0')"
+	$(QUALITY)/bin/pip install --quiet --no-deps recbole==1.2.1
+	$(QUALITY)/bin/pip install --quiet --no-deps colorlog==6.12.0 colorama==0.4.6 pyyaml==6.0.4 texttable==1.7.3 scipy==1.17.1 tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1
+	$(QUALITY)/bin/python -c "import torch, torch_rechub, recbole, recbole.config, recbole.data, recbole.trainer; print('quality peers: torch-rechub', torch_rechub.__version__ if hasattr(torch_rechub, '__version__') else '0.9.0', 'recbole', recbole.__version__)"
 
 # the wheels benchmarks/gpu_check.sh installs on a CUDA machine without network: the project's
 # and its dev extra's dependencies, not torch (that machine has its own). Build it for that machine's

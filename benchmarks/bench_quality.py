@@ -8,6 +8,11 @@ Families (``--family``, default all that are built):
   torch-rechub 0.9.0's ``DSSM`` towers trained with the same loss, on MovieLens-100k,
   leave-last-out, the whole corpus ranked (``benchmarks/quality_retrieval.py``,
   ``benchmarks/peer_rechub_retrieval.py``); recall@10 against popularity's too.
+* ``sequence``: cosparse's SASRec (``configs/beauty_sasrec.yaml``) against RecBole 1.2.1's
+  ``SASRec`` (full-softmax cross-entropy, its default) with the same layers and hyperparameters,
+  on Amazon Beauty (the S3-Rec file), leave-one-out, the whole corpus ranked
+  (``benchmarks/quality_sequence.py``, ``benchmarks/peer_recbole_sasrec.py``); set beside the
+  figure a paper publishes for that protocol (``PUBLISHED``).
 * ``multitask``: cosparse's MMoE (``configs/taobao_mmoe.yaml``, every table at dim 16) against
   torch-rechub 0.9.0's ``MMOE`` on the Taobao UserBehavior log, tasks click / cart_fav / buy
   (``benchmarks/quality_multitask.py``, ``benchmarks/peer_rechub.py``). Also: the same towers
@@ -21,9 +26,10 @@ mean AUC over tasks, or recall@10),
 ours over the peer's, medians over seeds). The peer runs in ``.venv-quality`` (``make peers``);
 without it the peer's figures are null, with the reason.
 
-``--quick`` (under 60 s): 2 seeds of 40 steps per family, one placement; the full run: 3 seeds
-of a whole run (multitask: one epoch, 261 steps; retrieval: the config's 5 epochs) and both
-placements.
+``--quick`` (under 60 s): 2 seeds of 40 steps per family (sequence: one epoch over the first
+500 users' lines, for both), one placement; the full run: 3 seeds of a whole run (multitask: one
+epoch, 261 steps; retrieval and sequence: the config's 5 epochs) and both placements
+(sequence: over one epoch).
 """
 
 from __future__ import annotations
@@ -38,10 +44,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common, quality_multitask, quality_retrieval
+from benchmarks import common, quality_multitask, quality_retrieval, quality_sequence
 
 QUALITY_VENV = common.REPO / ".venv-quality"
-FAMILIES = ("multitask", "retrieval")
+FAMILIES = ("multitask", "retrieval", "sequence")
 RANKING = ("recall@10", "ndcg@10", "mrr")
 QUALITY_GOAL = 0.98  # retrieval: recall@10 and NDCG@10 at least this times the peer's
 POPULARITY_GOAL = 2.0  # retrieval: recall@10 at least this times popularity's
@@ -161,15 +167,60 @@ def retrieval(steps: int | None, seeds: list[int]) -> dict[str, Any]:
     return out
 
 
+def sequence(size: str, seeds: list[int]) -> dict[str, Any]:
+    """SASRec against RecBole's on Amazon Beauty; ``size``: ``full`` (the config's epochs over
+    every user), ``quick`` or ``tiny`` (one epoch over the first users' lines)."""
+    q = quality_sequence
+    with tempfile.TemporaryDirectory(prefix="cosparse-quality-") as tmp:
+        users = {"full": None, "quick": q.QUICK_USERS, "tiny": q.QUICK_USERS // 4}[size]
+        path = q.BEAUTY if users is None else q.subset(Path(tmp) / "beauty.txt", users)
+        epochs = q.config_epochs() if size == "full" else 1
+        ours = []
+        for seed in seeds:
+            got = q.train(q.mapping(path, epochs, seed))
+            print(f"sequence: cosparse seed {seed}: {got['ranking']} "
+                  f"{got['samples_per_s']:.0f} samples/s", flush=True)
+            ours.append({"seed": seed, **got["ranking"], "samples_per_s": got["samples_per_s"]})
+        raw = q.mapping(path, epochs, seeds[0])
+        steps = q.epoch_steps(raw)  # (the placements: one epoch, bit for bit)
+        names = ("tiered", "collaborative") if size == "full" else ("tiered",)
+        placements = q.placements_equal({**raw, "train": {**raw["train"], "steps": steps,
+                                                          "epochs": None}}, names)
+        print(f"sequence: placements equal to resident over {steps} steps: {placements}",
+              flush=True)
+        peer, why = (None, f"{QUALITY_VENV.name} is absent: run `make peers`")
+        if (QUALITY_VENV / "bin/python").exists():
+            peer, why = q.run_peer(QUALITY_VENV / "bin/python", raw, seeds,
+                                   timeout_s=7200 if size == "full" else 300)
+    out: dict[str, Any] = {
+        "data": "seqrec-s3rec/Beauty.txt, leave-one-out, the whole corpus ranked"
+                + ("" if users is None else f" (the first {users} users)"),
+        "epochs": epochs, "seeds": seeds, "placement_steps": steps,
+        "ours": {"runs": ours, **{m: statistics.fmean(r[m] for r in ours)
+                                  for m in (*RANKING, "recall@10.popularity")}},
+        "published": q.PUBLISHED,
+        "placements_equal_resident": placements, "peer": None, "peer_why": why or None,
+        "diff": None, "diff_se": None, "speed_over_peer": None}
+    if peer is not None:
+        diffs = [o["recall@10"] - p["recall@10"] for o, p in zip(ours, peer, strict=True)]
+        out["peer"] = {"library": peer[0]["peer"], "runs": peer,
+                       **{m: statistics.fmean(p[m] for p in peer) for m in RANKING if m in
+                          peer[0]}}
+        out["diff"] = statistics.fmean(diffs)  # (recall@10)
+        out["diff_se"] = se(diffs)
+        out["speed_over_peer"] = speed(ours, peer)
+    return out
+
+
 def targets(fam: str, res: dict[str, Any]) -> list[str]:
     """The TARGET lines of a family's goals."""
     lines = []
     if res["diff"] is None:
         lines.append(f"TARGET {fam} against the peer: not measured ({res['peer_why']})")
-    elif fam == "retrieval":
+    elif fam in ("retrieval", "sequence"):
         for m in ("recall@10", "ndcg@10"):
             ratio = res["ours"][m] / res["peer"][m]
-            lines.append(f"TARGET retrieval.{m} over the peer's {ratio:.3f} >= {QUALITY_GOAL}: "
+            lines.append(f"TARGET {fam}.{m} over the peer's {ratio:.3f} >= {QUALITY_GOAL}: "
                          f"{'PASS' if ratio >= QUALITY_GOAL else 'MISS'}")
     else:
         ok = res["diff"] >= -res["diff_se"]
@@ -183,7 +234,7 @@ def targets(fam: str, res: dict[str, Any]) -> list[str]:
         ratio = res["ours"]["recall@10"] / res["ours"]["recall@10.popularity"]
         lines.append(f"TARGET retrieval recall@10 over popularity's {ratio:.2f} >= "
                      f"{POPULARITY_GOAL}: {'PASS' if ratio >= POPULARITY_GOAL else 'MISS'}")
-    else:
+    elif fam == "multitask":
         s = res["single_task"]
         ok = s["mmoe_mean_auc_same_seed"] >= s["mean_auc"]
         lines.append(f"TARGET multitask mean AUC {s['mmoe_mean_auc_same_seed']:.4f} >= one task "
@@ -206,9 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     steps = 8 if a.tiny else 40 if a.quick else None
     t0 = time.perf_counter()
     out: dict[str, Any] = {"quick": a.quick, "tiny": a.tiny, "machine": common.machine_info()}
+    size = "tiny" if a.tiny else "quick" if a.quick else "full"
     for fam in a.family or FAMILIES:
         out[fam] = (multitask(steps or quality_multitask.epoch_steps(), seeds)
-                    if fam == "multitask" else retrieval(steps, seeds))
+                    if fam == "multitask" else retrieval(steps, seeds) if fam == "retrieval"
+                    else sequence(size, seeds))
         for line in targets(fam, out[fam]):
             print(line)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
