@@ -87,3 +87,14 @@ def layer_sizes(key: str, sizes: Any) -> list[int]:
         raise ConfigError(f"model.args.{key}: need one or more positive layer sizes, got "
                           f"{sizes!r}")
     return list(sizes)
+
+
+def feature_groups(known: list[str], groups: dict[str, list[str]], what: str) -> None:
+    """Each group of ``groups`` (``model.args.<key>``: its features) names one or more of the
+    tables' features ``known``; ``what`` says whose features they are (``tower``: "the user
+    tower's features")."""
+    for key, names in groups.items():
+        unknown = [f for f in names if f not in known]
+        if not names or unknown:
+            raise ConfigError(f"model.args.{key}: {what.format(key=key)}, one or more of the "
+                              f"tables' ({known}); got {names}")

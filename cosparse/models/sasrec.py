@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from cosparse.config import ConfigError, TableConfig
-from cosparse.models.pooled import tower_dropout
+from cosparse.models.pooled import feature_groups, tower_dropout
 from cosparse.nn.din import pool
 from cosparse.nn.embedding_bags import EmbeddingBagCollection
 from cosparse.nn.model_batch import Batch
@@ -58,11 +58,7 @@ class SASRec(nn.Module):
         default_history, default_item = default_sequence(known)
         history = default_history if history is None else history
         item = default_item if item is None else item
-        for key, names in (("history", history), ("item", item)):
-            unknown = [f for f in names if f not in known]
-            if not names or unknown:
-                raise ConfigError(f"model.args.{key}: the {key}'s features, one or more of the "
-                                  f"tables' ({known}); got {names}")
+        feature_groups(known, {"history": history, "item": item}, "the {key}'s features")
         table_of = {f: (i, t) for i, t in enumerate(self.embeddings.tables) for f in t.features}
         for f in history:
             i, t = table_of[f]

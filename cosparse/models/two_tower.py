@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosparse.config import ConfigError, TableConfig
-from cosparse.models.pooled import layer_sizes, tower_dropout
+from cosparse.models.pooled import feature_groups, layer_sizes, tower_dropout
 from cosparse.nn.embedding_bags import EmbeddingBagCollection
 from cosparse.nn.model_batch import Batch
 from cosparse.nn.retrieval import ItemFrequency, Retrieval
@@ -44,11 +44,7 @@ class TwoTower(nn.Module):
         default_user, default_item = default_towers(known)
         user = default_user if user is None else user
         item = default_item if item is None else item
-        for key, names in (("user", user), ("item", item)):
-            unknown = [f for f in names if f not in known]
-            if not names or unknown:
-                raise ConfigError(f"model.args.{key}: the {key} tower's features, one or more "
-                                  f"of the tables' ({known}); got {names}")
+        feature_groups(known, {"user": user, "item": item}, "the {key} tower's features")
         for i, t in enumerate(self.embeddings.tables):
             if t.pooling == "none":
                 raise ConfigError(f"tables[{i}].pooling: the towers pool every feature; 'none' "

@@ -34,12 +34,12 @@ def _segments(hist: Jagged) -> tuple[torch.Tensor, torch.Tensor]:
     return seg, torch.arange(n, device=dev) - hist.offsets[:-1].index_select(0, seg)
 
 
-def by_recency(hist: Jagged, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def by_recency(hist: Jagged) -> tuple[torch.Tensor, torch.Tensor]:
     """([B, L, D] of a history, most recent event first, zeros after; [B, L] bool, True at a
-    real event); L = ``width`` or the longest history (at least 1)."""
+    real event); L = the longest history (at least 1)."""
     b, d = hist.batch_size, hist.values.shape[1]
     longest = int(hist.lengths.max()) if b and hist.values.shape[0] else 0
-    length = max(width or longest, 1)
+    length = max(longest, 1)
     seg, recency = _segments(hist)
     out = hist.values.new_zeros(b, length, d).index_put((seg, recency), hist.values)
     real = torch.arange(length, device=out.device)[None, :] < hist.lengths[:, None]

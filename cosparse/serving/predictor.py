@@ -140,7 +140,7 @@ class Predictor(dict[str, LookupTable]):
         cols = np.arange(seen.shape[0]) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         padded = np.full((lengths.shape[0], max(width, 1)), -1, dtype=np.int64)
         padded[rows, cols] = seen
-        dropped = (ids[:, :, None] == padded[:, None, :]).any(axis=2) | (ids < 0)
+        dropped = (ids[:, :, None] == padded[:, None, :]).any(axis=2)
         keep = np.argsort(dropped, axis=1, kind="stable")[:, :k]
         return np.take_along_axis(ids, keep, 1), np.take_along_axis(scores, keep, 1)
 
