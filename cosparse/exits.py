@@ -127,8 +127,27 @@ def report_now(e: BaseException) -> None:
         pass
 
 
+def _unwinding_cause(e: BaseException) -> BaseException:
+    """The Ctrl-C or stop request that ``e`` was raised while unwinding, else ``e``.
+
+    A signal's exception lands between any two bytecodes: inside ``Condition.wait``, after
+    the wait released the lock and before it took it back, the ``with`` block's exit then
+    raises "cannot release un-acquired lock". That error is the interruption's, not a bug."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt | stopping.StopRequested):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return e
+
+
 def report(e: BaseException, debug: bool = False) -> int:
     """Print ``e`` as one line (plus the traceback with ``debug``); return its exit code."""
+    if debug and _unwinding_cause(e) is not e:
+        traceback.print_exception(e, file=sys.stderr)  # (what the unwinding raised, for --debug)
+    e = _unwinding_cause(e)
     f = _classify(e)
     if getattr(e, _REPORTED, False):
         return f.code

@@ -213,3 +213,22 @@ def test_a_debug_command_run_in_process_leaves_report_now_without_traceback(caps
     assert exits.run_reported(lambda: 0, debug=True) == 0
     exits.report_now(PSUnavailable(0, "tcp://127.0.0.1:9", "silent for 3.0 s"))
     assert capsys.readouterr().err.startswith("cosparse: PS unavailable:")
+
+
+@pytest.mark.parametrize("signal_error, code", [(exits.Terminated("SIGTERM"), 143),
+                                                (KeyboardInterrupt(), 130)])
+def test_an_error_raised_while_a_signal_unwinds_is_the_signal(capsys, signal_error, code):
+    """A signal's exception can land inside ``Condition.wait`` between its release and its
+    re-acquire; the ``with`` block's exit then raises "cannot release un-acquired lock" (CI,
+    stop 44). That error is reported as the signal (one line, its exit code), not as a bug."""
+    exits.report_now(signal_error)
+    capsys.readouterr()
+    try:
+        try:
+            raise signal_error
+        finally:
+            raise RuntimeError("cannot release un-acquired lock")
+    except RuntimeError as secondary:
+        assert exits.report(secondary) == code
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "un-acquired" not in err
