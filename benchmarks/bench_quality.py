@@ -49,6 +49,7 @@ from benchmarks import common, quality_multitask, quality_retrieval, quality_seq
 QUALITY_VENV = common.REPO / ".venv-quality"
 FAMILIES = ("multitask", "retrieval", "sequence")
 RANKING = ("recall@10", "ndcg@10", "mrr")
+BASELINES = ("recall@10.popularity", "recall@10.transitions")  # (ours: ranked in the same run)
 QUALITY_GOAL = 0.98  # retrieval: recall@10 and NDCG@10 at least this times the peer's
 POPULARITY_GOAL = 2.0  # retrieval: recall@10 at least this times popularity's
 # training samples/s over the peer's, at least; never loosen (issue 36's goal)
@@ -154,7 +155,7 @@ def retrieval(steps: int | None, seeds: list[int]) -> dict[str, Any]:
         "data": "movielens-100k/u.data, leave-last-out, the whole corpus ranked",
         "steps": steps or f"{epochs} epochs", "seeds": seeds,
         "ours": {"runs": ours, **{m: statistics.fmean(r[m] for r in ours)
-                                  for m in (*RANKING, "recall@10.popularity")}},
+                                  for m in (*RANKING, *BASELINES)}},
         "placements_equal_resident": placements, "peer": None, "peer_why": why or None,
         "diff": None, "diff_se": None, "speed_over_peer": None}
     if peer is not None:
@@ -197,7 +198,7 @@ def sequence(size: str, seeds: list[int]) -> dict[str, Any]:
                 + ("" if users is None else f" (the first {users} users)"),
         "epochs": epochs, "seeds": seeds, "placement_steps": steps,
         "ours": {"runs": ours, **{m: statistics.fmean(r[m] for r in ours)
-                                  for m in (*RANKING, "recall@10.popularity")}},
+                                  for m in (*RANKING, *BASELINES)}},
         "published": q.PUBLISHED,
         "placements_equal_resident": placements, "peer": None, "peer_why": why or None,
         "diff": None, "diff_se": None, "speed_over_peer": None}

@@ -68,7 +68,7 @@ def train(cfg: Any) -> dict[str, Any]:
     finally:
         trainer.close()
     ranking = ("recall@10", "ndcg@10", "mrr", "recall@10.popularity", "ndcg@10.popularity",
-               "mrr.popularity")
+               "mrr.popularity", "recall@10.transitions", "ndcg@10.transitions")
     return {"auc": {k.split(".", 1)[1]: v for k, v in final.items() if k.startswith("auc.")},
             "ranking": {k: final[k] for k in ranking if k in final},
             "losses": losses, "samples_per_s": final["samples_per_s"],

@@ -59,6 +59,8 @@ class SparseBatch:
     # per-sample weights (float32 [batch_size]; None: each sample weighs 1)
     task_labels: dict[str, torch.Tensor] | None = field(default=None, repr=False)
     weights: torch.Tensor | None = field(default=None, repr=False)
+    # how many items the uniform negatives (features neg{j}_*) were drawn from (0: none)
+    negative_pool: int = 0
 
     def __post_init__(self) -> None:
         if self.values.dtype != torch.int64:
@@ -112,6 +114,7 @@ class SparseBatch:
             task_labels=None if self.task_labels is None else {
                 k: v.to(device) for k, v in self.task_labels.items()},
             weights=None if self.weights is None else self.weights.to(device),
+            negative_pool=self.negative_pool,
         )
 
     # --- TorchRec KeyedJaggedTensor layout -------------------------------------------------
@@ -147,6 +150,7 @@ class SparseBatch:
             "task_labels": None if self.task_labels is None else {
                 k: v.numpy() for k, v in self.task_labels.items()},
             "weights": None if self.weights is None else self.weights.numpy(),
+            "negative_pool": self.negative_pool,
         }
 
     @classmethod
@@ -166,6 +170,7 @@ class SparseBatch:
             task_labels=None if a.get("task_labels") is None else {
                 k: _floats(v) for k, v in a["task_labels"].items()},  # type: ignore[union-attr]
             weights=None if a.get("weights") is None else _floats(a["weights"]),
+            negative_pool=int(a.get("negative_pool", 0)),  # type: ignore[arg-type]
         )
 
 
@@ -196,4 +201,5 @@ def concat_batches(batches: list[SparseBatch]) -> SparseBatch:
             for k in batches[0].task_labels},
         weights=None if batches[0].weights is None else torch.cat(
             [b.weights for b in batches]),  # type: ignore[misc]
+        negative_pool=batches[0].negative_pool,
     )

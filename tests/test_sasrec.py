@@ -104,7 +104,10 @@ needs_beauty = pytest.mark.skipif(not BEAUTY.exists(), reason=f"{BEAUTY} is abse
 
 @needs_beauty
 def test_sasrec_trains_bit_identically_on_every_placement():
-    result = cosparse.check(None, mapping(), steps=6, log=lambda m: None)
+    """With mixed negatives: one uniformly drawn item per sample, through the tiers."""
+    raw = mapping()
+    raw["data"]["events"]["uniform_negatives"] = 1
+    result = cosparse.check(None, raw, steps=6, log=lambda m: None)
     assert result.ok, result.table()
 
 

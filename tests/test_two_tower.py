@@ -146,9 +146,11 @@ def test_two_ranks_train_it_as_one_process_does_within_tolerance(tmp_path):
     """The in-batch softmax on 2 ranks: each rank's users against the global batch's items (an
     all-gather with gradient), the loss summed over the global batch; losses, ranking metrics
     and dense weights match one process within float tolerance (sums in another order); the
-    frequency counters are equal. (SGD for the dense layers: Adam turns the float noise of a
-    weight whose gradient is near zero into steps of +-lr, so its weights diverge by design.)"""
+    frequency counters are equal. With mixed negatives: each rank's drawn items gathered too.
+    (SGD for the dense layers: Adam turns the float noise of a weight whose gradient is near
+    zero into steps of +-lr, so its weights diverge by design.)"""
     raw = mapping()
+    raw["data"]["events"]["uniform_negatives"] = 1
     raw["model"]["dense_optimizer"] = {"kind": "sgd", "lr": 0.05}
     out = tmp_path / "rank0.pt"
     run_ranks(ROOT / "tests/two_tower_ranks.py", [json.dumps(raw), str(out)], 180)

@@ -87,6 +87,7 @@ BOUNDS: dict[str, Bound] = {
     "data.events.max_len": MAX_SEQ,
     "data.events.min_history": AT_LEAST_0,
     "data.events.seed": SEED,
+    "data.events.uniform_negatives": AT_LEAST_0,
     "data.events.synthetic.seq_len": MAX_SEQ,
     "data.events.synthetic.vocab_size": ZIPF_VOCAB,
     "data.events.synthetic.num_cates": AT_LEAST_1,
@@ -205,6 +206,7 @@ BOUNDS: dict[str, Bound] = {
     "objective.tasks.*.weight": AT_LEAST_0,
     "objective.tasks.*.delta": POSITIVE,
     "objective.tasks.*.temperature": POSITIVE,
+    "objective.tasks.*.sampled_eval": AT_LEAST_0,
 }
 
 

@@ -40,6 +40,10 @@ class EventsConfig:
     # events of one user at one time: "strict", none is in another's history (the time says
     # nothing of their order); "keep_file_order", the earlier rows are the later rows' history
     ties: Literal["strict", "keep_file_order"] = "strict"
+    # a retrieval model's mixed negatives: per sample, this many items drawn uniformly from the
+    # training split's items (features neg{j}_item and neg{j}_<column>), which every user of the
+    # batch is scored against beside the batch's own items
+    uniform_negatives: int = 0
     synthetic: SequenceSyntheticConfig = field(default_factory=SequenceSyntheticConfig)
 
 

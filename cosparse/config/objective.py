@@ -31,6 +31,9 @@ class TaskConfig:
     loss: Literal["bce", "mse", "huber", "sampled_softmax"] | None = None
     delta: float = 1.0
     temperature: float = 0.05  # retrieval: the softmax's temperature over cosine scores
+    # retrieval: also rank each target against this many uniformly drawn items (metrics
+    # recall@10.sampled<n>, ...: not comparable with the full corpus's); 0: the corpus only
+    sampled_eval: int = 0
     weight: float = 1.0
     mask: str | None = None
     group_by: str | None = None  # a binary task's gauc.<task>: AUC per value of this feature
@@ -79,6 +82,9 @@ def validate_objective(objective: ObjectiveConfig | None, label_tasks: list[str]
         if t.kind == "retrieval" and (len(tasks) > 1 or t.mask or t.group_by):
             raise ConfigError(f"{key}.kind: a retrieval task is its objective's only task, "
                               "with no mask and no group_by")
+        if t.sampled_eval and t.kind != "retrieval":
+            raise ConfigError(f"{key}.sampled_eval: ranks a retrieval task's target against "
+                              f"sampled items; this task is {t.kind}")
         if t.loss is not None and t.loss not in LOSSES[t.kind]:
             raise ConfigError(f"{key}.loss: a {t.kind} task's loss is one of "
                               f"{list(LOSSES[t.kind])}, got {t.loss!r}")

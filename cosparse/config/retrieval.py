@@ -38,6 +38,19 @@ def default_retrieval_objective(cfg: Config) -> None:
         cfg.objective = ObjectiveConfig({"label": TaskConfig(kind="retrieval")})
 
 
+def check_uniform_negatives(cfg: Config) -> None:
+    """``data.events.uniform_negatives`` are a retrieval model's: a built-in kind of another
+    family would read them as features it does not know."""
+    kind = cfg.model.kind
+    if cfg.data.events.uniform_negatives and cfg.data.reader not in RETRIEVAL_READERS:
+        raise ConfigError(f"data.events.uniform_negatives: drawn by an interaction log's reader "
+                          f"({' or '.join(RETRIEVAL_READERS)}); got '{cfg.data.reader}'")
+    if cfg.data.events.uniform_negatives and kind is not None and kind not in RETRIEVAL_KINDS:
+        raise ConfigError(f"data.events.uniform_negatives: mixed negatives are a retrieval "
+                          f"model's (model.kind {' or '.join(RETRIEVAL_KINDS)}, or your own); "
+                          f"model.kind '{kind}' ranks its samples pointwise (data.negatives)")
+
+
 def validate_retrieval(cfg: Config) -> None:
     """One retrieval task, an interaction log's reader, no sampled pointwise negatives; a
     two-tower's towers of one or more layers."""

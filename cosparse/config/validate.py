@@ -11,7 +11,11 @@ from cosparse.config.models import model_config, validate_models
 from cosparse.config.multitask import MULTITASK_KINDS
 from cosparse.config.objective import objective_of, validate_metric, validate_objective
 from cosparse.config.parallel import validate_parallel
-from cosparse.config.retrieval import RETRIEVAL_KINDS, default_retrieval_objective
+from cosparse.config.retrieval import (
+    RETRIEVAL_KINDS,
+    check_uniform_negatives,
+    default_retrieval_objective,
+)
 from cosparse.config.root import Config
 from cosparse.config.sequence import unpool_for_sequences
 from cosparse.config.store import validate_remote, validate_store
@@ -35,6 +39,7 @@ def validate(cfg: Config, tables_later: bool = False) -> Config:
     validate_data(cfg)
     default_retrieval_objective(cfg)
     unpool_for_sequences(cfg)
+    check_uniform_negatives(cfg)
     cols = cfg.data.columns
     if not (tables_later and cfg.objective is None):  # (cosparse.Trainer's objective= may come)
         validate_objective(cfg.objective, list(cols.labels) if cols is not None else None)

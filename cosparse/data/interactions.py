@@ -14,7 +14,9 @@ history, another item); negatives are never events, so never in a history. Sever
 (``data.columns.labels``) come from the log too: every event is then an interaction (negatives
 are drawn for each), and a sampled negative's label is 0 for every task. Train samples are
 shuffled by ``data.events.shuffle`` (whole split) or ``data.shuffle`` (windows); eval samples keep
-time order, each positive followed by its negatives.
+time order, each positive followed by its negatives. A retrieval model's mixed negatives
+(``data.events.uniform_negatives``: k uniformly drawn items per sample, ``neg{j}_item`` and
+``neg{j}_<column>``) come last (``cosparse.data.uniform_negatives``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from cosparse.data.errors import DataError, empty_split_message
 from cosparse.data.negatives import sample_negatives
 from cosparse.data.shuffle import shuffled, window_batches
 from cosparse.data.split import Split, num_batches, split_range
+from cosparse.data.uniform_negatives import UniformNegatives, negative_keys
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,10 @@ class InteractionsReader:
         self.target_keys = [named.get(k, k) for k in ("user", "item", *self.features)]
         self.keys: list[str] = (self.target_keys + ["hist_item"]
                                 + [f"hist_{f}" for f in (*self.features, *log.history)])
+        self._negatives = UniformNegatives(log.item[self.in_train], ev.uniform_negatives, ev.seed,
+                                           0 if split == "train" else 1, feature_of_item,
+                                           self.features)
+        self.keys += negative_keys(self.target_keys[1:], ev.uniform_negatives)
         self.num_dense: int = 0
         self.bad_records = log.bad_records if split == "train" else 0
 
@@ -241,16 +248,19 @@ class InteractionsReader:
         values = [log.user[e], item, *(feats[f] for f in self.features), log.item[hist],
                   *(log.features[f][hist] for f in self.features),
                   *(v[hist] for v in log.history.values())]
+        negatives = self._negatives.draw(task.index, n)
+        values += negatives
         ones = np.ones(n, np.int64)
-        lens = [ones] * len(self.target_keys) + [lengths] * (len(self.keys)
-                                                             - len(self.target_keys))
+        lens = ([ones] * len(self.target_keys)
+                + [lengths] * (len(self.keys) - len(self.target_keys) - len(negatives))
+                + [ones] * len(negatives))
         return SparseBatch(
             list(self.keys), torch.from_numpy(np.concatenate(values).astype(np.int64)),
             torch.from_numpy(np.concatenate(lens)), torch.zeros((n, 0), dtype=torch.float32),
             torch.from_numpy(np.ascontiguousarray(label, dtype=np.float32)),
             bad_records=self.bad_records if task.index == 0 else 0, index=task.index,
             task_labels={t: torch.from_numpy(v[task.positions]) for t, v in self._tasks.items()}
-            or None)
+            or None, negative_pool=self._negatives.pool_size)
 
     def task_labels(self) -> dict[str, np.ndarray]:
         """Every sample's label of each task (data.columns.labels; empty without tasks)."""

@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 from cosparse.config import ConfigError, TableConfig
+from cosparse.data.uniform_negatives import is_negative, negatives_of
 from cosparse.models.pooled import feature_groups, tower_dropout
 from cosparse.nn.din import pool
 from cosparse.nn.embedding_bags import EmbeddingBagCollection
 from cosparse.nn.model_batch import Batch
-from cosparse.nn.retrieval import ItemFrequency, Retrieval
+from cosparse.nn.retrieval import ItemFrequency, Retrieval, retrieval_output
 from cosparse.nn.sequence import CausalEncoder
 from cosparse.nn.types import Jagged
 
@@ -35,7 +36,8 @@ ITEM_IDS = ("item", "target_item")  # the item's ID feature, as the readers name
 def default_sequence(features: Sequence[str]) -> tuple[list[str], list[str]]:
     """The history's features (every ``hist_*``) and the item's (every other but ``user``)."""
     history = [f for f in features if f.startswith("hist_")]
-    return history, [f for f in features if f != "user" and f not in history]
+    return history, [f for f in features if f != "user" and f not in history
+                     and not is_negative(f)]
 
 
 def _summed(values: list[Jagged]) -> Jagged:
@@ -77,6 +79,8 @@ class SASRec(nn.Module):
         self.id_feature = next((f for f in ITEM_IDS if f in item), item[0])
         self.encoder = CausalEncoder(dim, max_len, layers, heads, inner, tower_dropout(dropout))
         self.frequency = ItemFrequency() if logq else None
+        # data.events.uniform_negatives: per negative j, its features for the item's
+        self.negative_features = negatives_of(known, self.item)
 
     def encode_users(self, batch: Batch) -> torch.Tensor:
         """[B, D]: each sample's encoder output at its most recent event."""
@@ -86,15 +90,17 @@ class SASRec(nn.Module):
             raise ValueError("SASRec: the history came pooled; its tables need pooling: none")
         return self.encoder(_summed(hist))  # type: ignore[arg-type]
 
-    def encode_items(self, batch: Batch) -> torch.Tensor:
-        """[B, D]: each sample's item, the sum of its features' rows."""
+    def encode_items(self, batch: Batch, features: list[list[str]] | None = None
+                     ) -> torch.Tensor:
+        """[B, D]: each sample's item, the sum of its features' rows; with ``features`` (per
+        item of a sample, its features) [B * len(features), D], sample-major."""
         rows = self.embeddings(batch)
-        return torch.stack([pool(rows[f]) for f in self.item]).sum(0)
+        groups = [self.item] if features is None else features
+        items = [torch.stack([pool(rows[f]) for f in g]).sum(0) for g in groups]
+        return items[0] if features is None else torch.stack(items, dim=1).flatten(0, 1)
 
     def forward(self, batch: Batch) -> dict[str, Retrieval]:
-        ids = batch.sparse.to_dict()[self.id_feature].values
-        return {self.task: Retrieval(self.encode_users(batch), self.encode_items(batch), ids,
-                                     self.frequency)}
+        return {self.task: retrieval_output(self, batch, self.item)}
 
 
 def build(tables: Sequence[TableConfig], num_dense: int, task: str = "label", max_len: int = 50,

@@ -16,10 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosparse.config import ConfigError, TableConfig
+from cosparse.data.uniform_negatives import is_negative, negatives_of
 from cosparse.models.pooled import feature_groups, layer_sizes, tower_dropout
 from cosparse.nn.embedding_bags import EmbeddingBagCollection
 from cosparse.nn.model_batch import Batch
-from cosparse.nn.retrieval import ItemFrequency, Retrieval
+from cosparse.nn.retrieval import ItemFrequency, Retrieval, retrieval_output
 from cosparse.nn.towers import mlp
 
 
@@ -27,7 +28,7 @@ def default_towers(features: Sequence[str]) -> tuple[list[str], list[str]]:
     """The user tower's features (``user`` and every ``hist_*``) and the item tower's
     (``item`` and every other feature: the item's own columns)."""
     user = [f for f in features if f == "user" or f.startswith("hist_")]
-    item = [f for f in features if f not in user]
+    item = [f for f in features if f not in user and not is_negative(f)]
     return user, item
 
 
@@ -59,6 +60,8 @@ class TwoTower(nn.Module):
         self.item_tower = mlp([sum(width[f] for f in item), *tower], last_activation=False,
                               dropout=drop)
         self.frequency = ItemFrequency() if logq else None
+        # data.events.uniform_negatives: per negative j, its features for the item tower's
+        self.negative_features = negatives_of(known, self.item_features)
 
     def encode_users(self, batch: Batch) -> torch.Tensor:
         """[B, D] L2-normalised user embeddings."""
@@ -66,16 +69,17 @@ class TwoTower(nn.Module):
         x = torch.cat([batch.dense, *(pooled[f] for f in self.user_features)], dim=1)
         return F.normalize(self.user_tower(x), dim=1)
 
-    def encode_items(self, batch: Batch) -> torch.Tensor:
-        """[B, D] L2-normalised item embeddings."""
+    def encode_items(self, batch: Batch, features: list[list[str]] | None = None
+                     ) -> torch.Tensor:
+        """[B, D] L2-normalised item embeddings; with ``features`` (per item of a sample,
+        its features, in the item tower's order) [B * len(features), D], sample-major."""
         pooled = self.embeddings(batch)
-        return F.normalize(self.item_tower(torch.cat([pooled[f] for f in self.item_features],
-                                                     dim=1)), dim=1)
+        groups = [self.item_features] if features is None else features
+        x = torch.stack([torch.cat([pooled[f] for f in g], dim=1) for g in groups], dim=1)
+        return F.normalize(self.item_tower(x.flatten(0, 1)), dim=1)
 
     def forward(self, batch: Batch) -> dict[str, Retrieval]:
-        ids = batch.sparse.to_dict()[self.id_feature].values
-        return {self.task: Retrieval(self.encode_users(batch), self.encode_items(batch), ids,
-                                     self.frequency)}
+        return {self.task: retrieval_output(self, batch, self.item_features)}
 
 
 def build(tables: Sequence[TableConfig], num_dense: int, task: str = "label",

@@ -9,6 +9,11 @@ appear as negatives more often, and the correction keeps them from being pushed 
 batch's other samples of the same item are not its negatives. Everything is torch arithmetic in
 a fixed order, and the frequency estimate is integer counting, so a run is bit-identical on
 every placement and resumes exactly (the counts are buffers of the model's state).
+
+Mixed negatives (``data.events.uniform_negatives``) add ``k`` uniformly drawn items per sample
+as columns. Per sample, an item then comes as a column ``p_j`` times from the batch and ``k /
+items`` times from the uniform draws (``items``: the pool they come from), so the correction
+becomes ``log(p_j + k / items)``, for the batch's and the drawn columns alike.
 """
 
 from __future__ import annotations
@@ -19,18 +24,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cosparse.nn.model_batch import Batch
+
 _MIX = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64: Fibonacci hashing's multiplier
 
 
 class Retrieval(NamedTuple):
     """A retrieval task's output: each sample's ``users`` and ``items`` embeddings [B, D], its
-    item's ID ``item_ids`` [B] (int64, raw), and the estimate of the stream's item frequencies
-    (None: no logQ correction)."""
+    item's ID ``item_ids`` [B] (int64, raw), the estimate of the stream's item frequencies
+    (None: no logQ correction), and the uniform negatives' embeddings [B * k, D] and IDs
+    [B * k], sample-major (None: in-batch negatives only; ``cosparse.data.uniform_negatives``)."""
 
     users: torch.Tensor
     items: torch.Tensor
     item_ids: torch.Tensor
     frequency: ItemFrequency | None = None
+    negatives: torch.Tensor | None = None
+    negative_ids: torch.Tensor | None = None
 
 
 class ItemFrequency(nn.Module):
@@ -60,12 +70,33 @@ class ItemFrequency(nn.Module):
         self.total += ids.shape[0]
 
     @torch.no_grad()
-    def log_q(self, ids: torch.Tensor) -> torch.Tensor:
-        """[n] float32: log(count / total) of each ID (an ID not counted yet counts 1)."""
+    def log_q(self, ids: torch.Tensor, uniform: float = 0.0) -> torch.Tensor:
+        """[n] float32: log(count / total) of each ID (an ID not counted yet counts 1), or with
+        ``uniform`` (a uniform negative's expected draws of each item per sample: k / items)
+        log(count / total + uniform): the expected share, per sample, of the mixed negatives'
+        columns that are the item."""
         ids = ids.to(self.counts.device)
         b = self._buckets(ids)
         counts = torch.gather(self.counts, 1, b).min(dim=0).values.clamp(min=1)
-        return (counts.double() / max(int(self.total), 1)).log().float()
+        share = counts.double() / max(int(self.total), 1)
+        return (share + uniform if uniform else share).log().float()
+
+
+def retrieval_output(model: nn.Module, batch: Batch, item: list[str]) -> Retrieval:
+    """A retrieval model's output on ``batch``: its ``encode_users``, its ``encode_items`` of the
+    batch's items (``item``: their features, the ID feature ``model.id_feature`` among them) and
+    of the uniform negatives (``model.negative_features``: per negative, its features in
+    ``item``'s order; none: in-batch negatives only)."""
+    feats = batch.sparse.to_dict()
+    ids = feats[model.id_feature].values
+    negatives, negative_ids = None, None
+    if model.negative_features:
+        at = item.index(model.id_feature)
+        negatives = model.encode_items(batch, model.negative_features)
+        negative_ids = torch.stack([feats[g[at]].values for g in model.negative_features],
+                                   dim=1).flatten()  # (sample-major, as the embeddings)
+    return Retrieval(model.encode_users(batch), model.encode_items(batch), ids,
+                     model.frequency, negatives, negative_ids)
 
 
 def in_batch_softmax(users: torch.Tensor, item_ids: torch.Tensor, all_items: torch.Tensor,

@@ -76,27 +76,49 @@ class GatherRows(torch.autograd.Function):
 
 
 def retrieval_loss(out: Retrieval, temperature: float, world: World | None,
-                   sizes: list[int] | None, observe: bool = True) -> torch.Tensor:
+                   sizes: list[int] | None, observe: bool = True,
+                   negative_pool: int = 0) -> torch.Tensor:
     """This rank's summed in-batch softmax loss of a retrieval task (``cosparse.nn.retrieval``):
     on many ranks against the global batch's items, gathered with their gradient, in rank
-    order. ``observe``: count the batch's items in the frequency estimate first (a training
-    step's loss; the global batch's, so every rank keeps the same counts)."""
-    if world is None:
-        all_items, all_ids, offset = out.items, out.item_ids, 0
-    else:
-        if sizes is None:
-            n = torch.tensor([out.users.shape[0]], dtype=torch.int64)
-            sizes = _gather(n, [1] * world.size, world).tolist()
-        all_items = GatherRows.apply(out.items, sizes, world)
-        all_ids = _gather(out.item_ids.contiguous(), sizes, world)
-        offset = sum(sizes[: world.rank])
+    order, then the global batch's uniform negatives (``out.negatives``, drawn from
+    ``negative_pool`` items) likewise. ``observe``: count the batch's items in the frequency
+    estimate first (a training step's loss; the global batch's, so every rank keeps the same
+    counts)."""
+    b = out.users.shape[0]
+    if world is not None and sizes is None:
+        n = torch.tensor([b], dtype=torch.int64)
+        sizes = _gather(n, [1] * world.size, world).tolist()
+    all_items, all_ids, offset = _global(out.items, out.item_ids, 1, sizes, world)
+    if observe and out.frequency is not None:
+        out.frequency.observe(all_ids)
+    uniform = 0.0
+    if out.negatives is not None:
+        assert out.negative_ids is not None
+        if negative_pool <= 0:
+            raise ValueError("retrieval loss: the model gave uniform negatives, but the batch "
+                             "names no pool they were drawn from (SparseBatch.negative_pool)")
+        k = out.negatives.shape[0] // max(b, 1)
+        negatives, negative_ids, _ = _global(out.negatives, out.negative_ids, k, sizes, world)
+        all_items = torch.cat([all_items, negatives])
+        all_ids = torch.cat([all_ids, negative_ids.to(all_ids.device)])
+        uniform = k / negative_pool
     log_q = None
     if out.frequency is not None:
-        if observe:
-            out.frequency.observe(all_ids)
-        log_q = out.frequency.log_q(all_ids).to(all_items.device)
+        log_q = out.frequency.log_q(all_ids, uniform).to(all_items.device)
     return in_batch_softmax(out.users, out.item_ids, all_items, all_ids, offset, log_q,
                             temperature)
+
+
+def _global(rows: torch.Tensor, ids: torch.Tensor, per_sample: int, sizes: list[int] | None,
+            world: World | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Every rank's ``rows`` (``per_sample`` of them per sample) and their ``ids``, in rank
+    order, gathered with the rows' gradient; and where this rank's begin."""
+    if world is None:
+        return rows, ids, 0
+    assert sizes is not None
+    counts = [per_sample * s for s in sizes]
+    return (GatherRows.apply(rows, counts, world), _gather(ids.contiguous(), counts, world),
+            sum(counts[: world.rank]))
 
 
 def global_sum(local: torch.Tensor, batch_size: int, sizes: list[int] | None,

@@ -24,6 +24,7 @@ from cosparse.config import (
 from cosparse.config.model import validate_model
 from cosparse.data.reader import Reader
 from cosparse.data.split import Split
+from cosparse.data.uniform_negatives import NEGATIVE
 from cosparse.train.eval_file import eval_file_line, file_readers
 from cosparse.train.task_classes import task_class_notes
 
@@ -241,6 +242,21 @@ def _auto_features(cfg: Config, train: Reader) -> Config:
     return cfg
 
 
+def negatives_in_tables(cfg: Config, train: Reader) -> Config:
+    """``cfg`` with each uniform negative's feature (``neg{j}_<key>``,
+    ``data.events.uniform_negatives``) in the table of its item's ``<key>``, unless a table
+    names it."""
+    claimed = {f for t in cfg.tables for f in t.features}
+    item_of = {f: m.group(2) for f in train.keys
+               if (m := NEGATIVE.fullmatch(f)) is not None and f not in claimed}
+    if not item_of:
+        return cfg
+    tables = [dataclasses.replace(t, features=[
+        *t.features, *(f for f, key in item_of.items() if key in t.features)])
+        for t in cfg.tables]
+    return dataclasses.replace(cfg, tables=tables)
+
+
 def stream_file_reader(data: DataConfig, path: str) -> Reader:
     """The reader of one file of a stream (``data.stream``): all its rows, for training, by
     ``data.reader`` with ``data.columns`` (Parquet without them: the Criteo columns)."""
@@ -286,6 +302,7 @@ def interaction_inputs(cfg: Config) -> ModelInputs:
     eval_ = interactions_reader(cfg.data, "eval", regression)
     if any(t.features == "auto" for t in cfg.tables):  # (user, item, its columns, histories)
         cfg = _auto_features(cfg, train)
+    cfg = negatives_in_tables(cfg, train)
     return ModelInputs(cfg, train, eval_, [train.describe(), eval_.describe(),
                                            *task_class_notes(cfg, eval_.task_labels())])
 
@@ -309,6 +326,7 @@ def model_inputs(cfg: Config) -> ModelInputs:
                                                     and cfg.data.reader != "taobao_events"):
             return column_inputs(cfg)
         train, eval_ = file_readers(cfg.data)
+        cfg = negatives_in_tables(cfg, train)
         tasks = getattr(eval_, "task_labels", dict)()  # (taobao_events: data.columns.labels)
         return ModelInputs(cfg, train, eval_, task_class_notes(cfg, tasks))
     registry = load_registry(cfg)

@@ -66,7 +66,7 @@ def objective_loss(objective: ObjectiveConfig, outputs: Outputs, batch: SparseBa
     for name, task in objective.tasks.items():
         if task.kind == "retrieval":  # (the objective's only task)
             total = retrieval_loss(outputs[name], task.temperature, world, sizes,
-                                   observe) * task.weight
+                                   observe, batch.negative_pool) * task.weight
             continue
         x = outputs[name]
         losses = per_sample(task.loss_name, task.delta, x, labels[name].to(x.dtype))

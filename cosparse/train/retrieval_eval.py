@@ -1,8 +1,8 @@
 """The evaluation of a retrieval task over the whole item corpus: each eval sample's user
 embedding scored against every item's, the target's rank among the items the user had not
 interacted with before it, and from the ranks recall@10, NDCG@10 and MRR, for the model and, on
-the same samples and masks, for item popularity (the training split's counts): ``recall@10``,
-``ndcg@10``, ``mrr`` and ``recall@10.popularity``, ...
+the same samples and masks, for the baselines of ``cosparse.train.retrieval_baselines``:
+``recall@10``, ``ndcg@10``, ``mrr``, ``recall@10.popularity``, ``recall@10.transitions``, ...
 
 Exact, not sampled: a target's rank is the number of unmasked items scoring above it, plus those
 scoring the same with a smaller corpus index (ties broken by ID, the same way for both). The
@@ -18,11 +18,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from cosparse.config.objective import TaskConfig
 from cosparse.data import BatchStream
-from cosparse.data.item_corpus import item_corpus, ranking_inputs
+from cosparse.data.item_corpus import item_corpus, ranking_inputs, transitions
 from cosparse.nn.model_batch import Batch
 from cosparse.train.evaluate import joined_batches
 from cosparse.train.inputs import WORKER_PRELOAD
+from cosparse.train.retrieval_baselines import sampled_ranks, shared_ranks, transition_scores
 
 K = 10
 CHUNK = 1024
@@ -40,16 +42,17 @@ def ranking_metrics(ranks: np.ndarray, suffix: str = "") -> dict[str, float]:
 def target_ranks(scores: torch.Tensor, targets: torch.Tensor, seen_rows: torch.Tensor,
                  seen_cols: torch.Tensor) -> torch.Tensor:
     """[B] 0-based rank of column ``targets[b]`` in row b of ``scores`` [B, N], the columns
-    ``seen_cols`` of rows ``seen_rows`` left out (never the target itself)."""
+    ``seen_cols`` of rows ``seen_rows`` left out (never the target itself): the columns that
+    precede the target (a higher score, or the same and a smaller index), less the seen ones
+    among them (each seen column once). ``scores`` is only read."""
     rows = torch.arange(scores.shape[0])
-    own = scores[rows, targets].clone()
-    scores = scores.clone()
-    scores[seen_rows, seen_cols] = float("-inf")
-    scores[rows, targets] = own
+    own = scores[rows, targets][:, None]
     cols = torch.arange(scores.shape[1])
-    above = (scores > own[:, None]).sum(1)
-    tied = ((scores == own[:, None]) & (cols[None, :] < targets[:, None])).sum(1)
-    return above + tied
+    ahead = (scores > own) | ((scores == own) & (cols[None, :] < targets[:, None]))
+    pairs = torch.unique(seen_rows * scores.shape[1] + seen_cols)
+    r, c = pairs // scores.shape[1], pairs % scores.shape[1]
+    counted = ahead[r, c]  # (the target never precedes itself)
+    return ahead.sum(1) - torch.zeros_like(rows).index_add_(0, r, counted.long())
 
 
 def rank_all(scores_of: Callable[[int, int], torch.Tensor], n: int, targets: np.ndarray,
@@ -92,11 +95,24 @@ def evaluate_retrieval(trainer: Any) -> dict[str, Any]:
     users = torch.from_numpy(_in_eval_order(parts, trainer))
     targets, seen, popularity = ranking_inputs(reader, corpus_ids)
     n = users.shape[0]
-    pop = torch.from_numpy(popularity.astype(np.float32))[None, :]
-    return {**ranking_metrics(rank_all(lambda lo, hi: users[lo:hi] @ items.T, n, targets, seen)),
-            **ranking_metrics(rank_all(lambda lo, hi: pop.expand(hi - lo, -1), n, targets,
-                                       seen), ".popularity"),
-            "eval_samples": n, "corpus_items": len(corpus_ids)}
+    def model_scores(lo: int, hi: int) -> torch.Tensor:
+        return users[lo:hi] @ items.T
+    out: dict[str, Any] = {"eval_samples": n, "corpus_items": len(corpus_ids)}
+    out.update(ranking_metrics(rank_all(model_scores, n, targets, seen)))
+    out.update(ranking_metrics(shared_ranks(popularity, targets, seen), ".popularity"))
+    out.update(ranking_metrics(rank_all(transition_scores(popularity, *transitions(
+        reader, corpus_ids)), n, targets, seen), ".transitions"))
+    sampled = retrieval_task(trainer).sampled_eval
+    if sampled:
+        out.update(ranking_metrics(sampled_ranks(model_scores, n, targets, seen, sampled,
+                                                 trainer.cfg.train.seed, CHUNK),
+                                   f".sampled{sampled}"))
+    return out
+
+
+def retrieval_task(trainer: Any) -> TaskConfig:
+    """The trainer's objective's retrieval task (its only task)."""
+    return next(iter(trainer.objective.tasks.values()))
 
 
 def _in_eval_order(parts: list[np.ndarray], trainer: Any) -> np.ndarray:

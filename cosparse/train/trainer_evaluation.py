@@ -118,13 +118,17 @@ class EvaluationRole:
         return out
 
     def _retrieval_scores(self) -> dict[str, Any]:
-        """The retrieval task's ranking of the whole item corpus, popularity's beside it."""
+        """The retrieval task's ranking of the whole item corpus, the baselines' beside it."""
         out = evaluate_retrieval(self)
         self.sink.write({"kind": "eval", "step": self.state.step, **out})
+        sampled = "".join(f"; against {k[17:]} sampled items: recall@10 {v:.4f}"
+                          for k, v in out.items()
+                          if k.startswith("recall@10.sampled"))
         self.log(f"eval @ step {self.state.step}: recall@10 {out['recall@10']:.4f}, ndcg@10 "
                  f"{out['ndcg@10']:.4f}, mrr {out['mrr']:.4f} (popularity: recall@10 "
-                 f"{out['recall@10.popularity']:.4f}) over {out['corpus_items']} items "
-                 f"({out['eval_samples']} samples)")
+                 f"{out['recall@10.popularity']:.4f}, transitions: "
+                 f"{out['recall@10.transitions']:.4f}) over {out['corpus_items']} items "
+                 f"({out['eval_samples']} samples{sampled})")
         return out
 
     def _progressive_scores(self) -> dict[str, Any]:

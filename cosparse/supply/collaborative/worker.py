@@ -185,7 +185,8 @@ class CollaborativeCodec:
         moved = c.bytes_pull + c.bytes_push + c.bytes_other
         meta = {"keys": list(batch.keys), "bad_records": batch.bad_records, "index": batch.index,
                 "dense_keys": batch.dense_keys, "features_computed": batch.features_computed,
-                "pid": os.getpid(), "worker_ps_bytes": moved - self._reported,
+                "negative_pool": batch.negative_pool, "pid": os.getpid(),
+                "worker_ps_bytes": moved - self._reported,
                 "payload": payload, "build_ms": (t_built - t0) * 1e3, "error": error,
                 "worker_spans": [os.getpid(), [["build (read, featurize)", t0, t_built],
                                                ["dedup, filter, pull cold rows", t_built,
@@ -235,7 +236,8 @@ class CollaborativeCodec:
                                          "worker_spans": meta.get("worker_spans"),
                                          "task_labels": {k[2:]: v for k, v in arrays.items()
                                                          if k.startswith("t.")} or None,
-                                         "weights": arrays.get("weights")})
+                                         "weights": arrays.get("weights"),
+                                         "negative_pool": meta.get("negative_pool", 0)})
         batch.prepared_ids = prepared
         delivery = Delivery(worker_ps_bytes=meta["worker_ps_bytes"], worker_pid=meta["pid"],
                             error=meta.get("error"))
