@@ -13,15 +13,14 @@ from cosparse.config.data import (
     ColumnsConfig,
     CsvConfig,
     DataConfig,
-    EventsConfig,
     NegativesConfig,
-    SequenceSyntheticConfig,
     ShuffleConfig,
     SplitConfig,
     StreamConfig,
     SyntheticConfig,
 )
 from cosparse.config.errors import ConfigError
+from cosparse.config.events import EventsConfig
 from cosparse.config.labels import LabelConfig
 from cosparse.config.libsvm import LibsvmConfig
 from cosparse.config.load import config_from_mapping, load_config, read_config_mapping
@@ -43,6 +42,7 @@ from cosparse.config.store import (
     TierConfig,
 )
 from cosparse.config.supply import SupplyConfig
+from cosparse.config.synthetic import SequenceSyntheticConfig
 from cosparse.config.tables import InitConfig, OptimizerConfig, TableConfig
 from cosparse.config.train import (
     CheckpointConfig,
